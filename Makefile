@@ -1,0 +1,30 @@
+# Two commands on a fresh machine (Python 3.9+ with pip):
+#   make run    set up .venv (numpy, mpi4py, the mpich wheel) and train serially on the bundled MNIST
+#   make test   set up .venv with the test tools too and run the whole test suite
+# Other modes: make run MODE=sync NP=4, make run MODE="async 2" NP=4.
+PYTHON ?= python3
+VENV ?= .venv
+MODE ?= serial
+NP ?= 1
+PY := $(VENV)/bin/python
+
+.PHONY: run test clean
+
+run: $(VENV)/.runtime
+	$(VENV)/bin/mpiexec -n $(NP) $(PY) main.py $(MODE)
+
+test: $(VENV)/.dev
+	$(PY) -m pytest
+
+$(VENV)/.runtime: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+clean:
+	rm -rf $(VENV) .pytest_cache results/quick

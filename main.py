@@ -1,0 +1,212 @@
+"""Train the MNIST perceptron serially, synchronously (data parallel) or with a parameter server.
+
+Usage:
+    python3 main.py serial [options]
+    mpiexec -n <nprocs> python3 main.py sync [--allreduce ring|naive|mpi] [options]
+    mpiexec -n <nprocs> python3 main.py async <masters> [options]
+    srun -n <nprocs> --mpi=pmi2 python3 main.py sync [options]
+
+Rank 0 prints one line per epoch, the training time and the test accuracy; other ranks stay quiet.
+"""
+import os
+
+# One BLAS/OpenMP thread per process unless the user says otherwise: ranks share the cores, and
+# for this small network one thread is fastest even alone. Must happen before numpy is imported.
+for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                  "BLIS_NUM_THREADS", "VECLIB_MAXIMUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import secrets  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from network import NeuralNetwork  # noqa: E402
+from utils import DataError, launcher_rank, load_mnist, peak_rss_mb  # noqa: E402
+
+INPUT_ERROR_EXIT = 2  # bad arguments or data, as argparse does
+FAILURE_EXIT = 1
+
+
+class RankZeroParser(argparse.ArgumentParser):
+    """An argument parser whose error goes to stderr on rank 0 only, as one line, exit code 2."""
+
+    def error(self, message):
+        if launcher_rank() == 0:
+            print(f"{self.prog}: error: {message}", file=sys.stderr, flush=True)
+        sys.exit(INPUT_ERROR_EXIT)
+
+
+def layer_list(text):
+    """'784,128,64,10' -> [784, 128, 64, 10]; at least two positive sizes."""
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
+    if len(sizes) < 2 or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"need at least two positive layer sizes: {text!r}")
+    return sizes
+
+
+def bounded(kind, low, name=None):
+    """An argparse type: `kind(text)` that must be >= low."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not value >= low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}: {text!r}")
+        return value
+    parse.__name__ = name or kind.__name__
+    return parse
+
+
+def common_arguments():
+    """The options every mode takes; defaults are the course's experiment."""
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("training")
+    group.add_argument("--epochs", type=bounded(int, 0), default=5, help="epochs (default 5)")
+    group.add_argument("--batches", type=bounded(int, 0), default=632,
+                       help="mini-batches per epoch (default 632)")
+    group.add_argument("--batch-size", type=bounded(int, 1), default=16,
+                       help="samples per mini-batch (default 16)")
+    group.add_argument("--lr", type=bounded(float, 1e-300, "positive float"), default=0.1,
+                       help="learning rate; gradients are summed over the mini-batch (default 0.1)")
+    group.add_argument("--layers", type=layer_list, default=[784, 128, 64, 10],
+                       help="neurons per layer (default 784,128,64,10)")
+    group.add_argument("--seed", type=bounded(int, 0), default=None,
+                       help="seed for initialisation and sampling (default: random, recorded in --json)")
+    group.add_argument("--dtype", choices=["float64", "float32"], default="float64",
+                       help="floating-point type (default float64)")
+    group.add_argument("--data-dir", default=None,
+                       help="folder with the four MNIST IDX files (default $MNIST_DIR or data/mnist)")
+    output = common.add_argument_group("output")
+    output.add_argument("--save", metavar="PATH", help="write the final parameters to PATH (.npz)")
+    output.add_argument("--json", metavar="PATH", help="write a machine-readable record of the run")
+    return common
+
+
+def parse_args(argv=None):
+    """Parse the command line; on a bad argument rank 0 prints one line and every rank exits 2."""
+    common = common_arguments()
+    parser = RankZeroParser(description=__doc__.split("\n\n")[0], parents=[common])
+    modes = parser.add_subparsers(dest="mode", required=True, metavar="{serial,sync,async}",
+                                  parser_class=RankZeroParser)
+    modes.add_parser("serial", parents=[common], help="one process, plain SGD")
+    sync = modes.add_parser("sync", parents=[common], help="synchronous data parallelism (allreduce)")
+    sync.add_argument("--allreduce", choices=["ring", "naive", "mpi"], default="ring",
+                      help="which allreduce sums the gradients (default ring)")
+    sync.add_argument("--scaling", choices=["strong", "weak"], default="strong",
+                      help="strong: split each mini-batch over the ranks (Amdahl); weak: a whole "
+                           "mini-batch per rank, fewer steps per epoch (Gustafson) (default strong)")
+    asynchronous = modes.add_parser("async", parents=[common], help="asynchronous parameter server")
+    asynchronous.add_argument("masters", type=bounded(int, 1), help="number of master processes")
+    add_async_arguments(asynchronous)
+    return parser.parse_args(argv)
+
+
+def add_async_arguments(parser):
+    """Options of the parameter server (staleness control)."""
+
+
+def network_settings(args, seed):
+    """Keyword arguments for the network classes from the command line."""
+    return dict(sizes=args.layers, learning_rate=args.lr, mini_batch_size=args.batch_size,
+                number_of_batches=args.batches, epochs=args.epochs, seed=seed, dtype=args.dtype)
+
+
+def build_network(args, seed):
+    """The network class the mode asks for, constructed from the command line."""
+    settings = network_settings(args, seed)
+    if args.mode == "serial":
+        return NeuralNetwork(**settings)
+    raise NotImplementedError(f"mode {args.mode} is not available yet")
+
+
+def choose_seed(args, comm):
+    """The run's seed: the user's, else a fresh one drawn on rank 0 and shared with every rank."""
+    seed = args.seed if args.seed is not None else secrets.randbits(32)
+    return comm.bcast(seed, root=0) if comm is not None else seed
+
+
+def agree_on_setup(comm, setup):
+    """Run `setup()` on every rank; if it fails on any with bad input, rank 0 reports and all exit 2.
+
+    Every rank must learn of a failure elsewhere, or the healthy ranks would wait forever.
+    """
+    try:
+        result, problem = setup(), None
+    except (DataError, ValueError) as error:
+        result, problem = None, str(error)
+    problems = comm.allgather(problem) if comm is not None else [problem]
+    failed = [(rank, text) for rank, text in enumerate(problems) if text is not None]
+    if failed:
+        rank, text = failed[0]
+        if comm is None or comm.rank == 0:
+            where = f" (on rank {rank})" if comm is not None and comm.size > 1 else ""
+            print(f"main.py: error{where}: {text}", file=sys.stderr, flush=True)
+        sys.exit(INPUT_ERROR_EXIT)
+    return result
+
+
+def train(args, comm):
+    """Load the data, build the network, train it, report; rank 0 prints and writes the files."""
+    seed = choose_seed(args, comm)
+    data, network = agree_on_setup(comm, lambda: (load_mnist(args.data_dir), build_network(args, seed)))
+    training_data, validation_data, test_data = data
+    start = time.perf_counter()
+    network.fit(training_data, validation_data)
+    elapsed = time.perf_counter() - start
+    memory = comm.gather(peak_rss_mb(), root=0) if comm is not None else [peak_rss_mb()]
+    if not network.is_root:
+        return
+    accuracy = network.validate(test_data) / 100.0
+    print(f"Time {args.mode}: {elapsed:.2f}")
+    print(f"Test Accuracy: {accuracy:.2f}%", flush=True)
+    if args.save:
+        np.savez(args.save, params=network.params, sizes=np.array(network.sizes))
+    if args.json:
+        write_record(args, network, seed, comm, elapsed, accuracy, memory)
+
+
+def write_record(args, network, seed, comm, elapsed, accuracy, memory):
+    """Write the --json record of the run."""
+    record = {
+        "mode": args.mode,
+        "processes": comm.size if comm is not None else 1,
+        "settings": {key: value for key, value in vars(args).items() if key not in ("save", "json")},
+        "seed": seed,
+        "epoch_accuracy": network.history,
+        "time": elapsed,
+        "test_accuracy": accuracy,
+        "peak_rss_mb": max(memory),
+        "peak_rss_mb_per_rank": memory,
+        "statistics": network.statistics() if hasattr(network, "statistics") else {},
+    }
+    with open(args.json, "w") as f:
+        json.dump(record, f, indent=2)
+
+
+def main(argv=None):
+    """Entry point: parse, start MPI for the distributed modes, train; any error ends every rank."""
+    args = parse_args(argv)
+    comm = None
+    if args.mode != "serial":
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+    try:
+        train(args, comm)
+    except Exception as error:  # noqa: BLE001 - any failure must end the whole job, not hang it
+        rank = comm.rank if comm is not None else 0
+        print(f"main.py: error on rank {rank}: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+        if comm is not None and comm.size > 1:
+            comm.Abort(FAILURE_EXIT)
+        sys.exit(FAILURE_EXIT)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""The base multilayer perceptron: sigmoid units, quadratic cost, mini-batch SGD (serial training).
+
+Conventions: a mini-batch is a (batch, n) array, one sample per row, so a layer is
+a' = sigmoid(a @ w + b) with w of shape (n_in, n_out) and b of shape (n_out,).
+Every weight and bias is a view into one flat parameter buffer `params` (and every gradient a
+view into `grads`), so the distributed versions move all parameters with one call and a
+parameter-server shard is a slice.
+"""
+import numpy as np
+
+from utils import as_inputs, init_parameters, sigmoid, sigmoid_prime_from_activation
+
+EVALUATION_CHUNK = 2000  # rows converted to floats at a time when evaluating (bounds memory)
+
+
+class NeuralNetwork:
+    """A multilayer perceptron trained by SGD with the gradient summed over each mini-batch."""
+
+    def __init__(self, sizes=(), learning_rate=1.0, mini_batch_size=16, number_of_batches=16,
+                 epochs=10, matmul=np.matmul, seed=None, dtype=np.float64):
+        """sizes: neurons per layer, e.g. [784, 128, 64, 10]; matmul(a, b): every product goes through it.
+
+        seed: a fixed seed makes initialisation and mini-batch sampling, hence the run, reproducible.
+        dtype: float64 (default) or float32 for parameters and arithmetic.
+        """
+        self.sizes = [int(n) for n in sizes]
+        self.learning_rate = float(learning_rate)
+        self.mini_batch_size = int(mini_batch_size)
+        self.number_of_batches = int(number_of_batches)
+        self.epochs = int(epochs)
+        self.matmul = matmul
+        self.dtype = np.dtype(dtype)
+        self._check_settings()
+        self.rng = np.random.default_rng(seed)
+        self.params = np.empty(self.parameter_count(), dtype=self.dtype)
+        self.grads = np.zeros_like(self.params)
+        self.weights, self.biases = self.layer_views(self.params)
+        self.nabla_w, self.nabla_b = self.layer_views(self.grads)
+        init_parameters(self.weights, self.biases, self.rng)
+        self.activations = []
+        self.history = []  # validation accuracy (%) after each epoch
+        self.is_root = True  # the process that prints; distributed subclasses set it to rank == 0
+
+    def _check_settings(self):
+        """Raise ValueError with a readable message for settings that cannot train."""
+        if len(self.sizes) < 2 or min(self.sizes) < 1:
+            raise ValueError(f"layer sizes must be at least two positive integers, got {self.sizes}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning rate must be positive, got {self.learning_rate}")
+        if self.mini_batch_size < 1:
+            raise ValueError(f"mini-batch size must be at least 1, got {self.mini_batch_size}")
+        if self.number_of_batches < 0 or self.epochs < 0:
+            raise ValueError("number of batches and epochs must not be negative")
+        if self.dtype not in (np.float32, np.float64):
+            raise ValueError(f"dtype must be float32 or float64, got {self.dtype}")
+
+    # ------------------------------------------------------------------ the flat parameter buffer
+
+    def parameter_count(self):
+        """Number of weights and biases in all layers together."""
+        return sum(n_in * n_out + n_out for n_in, n_out in zip(self.sizes[:-1], self.sizes[1:]))
+
+    def layer_views(self, flat):
+        """Split a flat buffer into per-layer views -> (weights [(n_in, n_out)], biases [(n_out,)]).
+
+        Layer by layer, each weight matrix is followed by its bias vector.
+        """
+        weights, biases, start = [], [], 0
+        for n_in, n_out in zip(self.sizes[:-1], self.sizes[1:]):
+            weights.append(flat[start:start + n_in * n_out].reshape(n_in, n_out))
+            start += n_in * n_out
+            biases.append(flat[start:start + n_out])
+            start += n_out
+        assert start == flat.size, "layer views must cover the flat buffer exactly"
+        return weights, biases
+
+    def parameters(self):
+        """The flat parameter buffer (every weight and bias); update it in place, never rebind it."""
+        return self.params
+
+    # ------------------------------------------------------------------ the maths
+
+    def forward_prop(self, x):
+        """(batch, n_0) inputs -> (batch, n_L) output activations; keeps each layer's for back_prop."""
+        a = as_inputs(x, self.dtype)
+        self.activations = [a]
+        for w, b in zip(self.weights, self.biases):
+            z = self.matmul(a, w)
+            z += b
+            a = sigmoid(z, out=z)
+            self.activations.append(a)
+        return a
+
+    def back_prop(self, y):
+        """(batch, n_L) targets -> (nabla_b, nabla_w), the quadratic cost's gradient summed over the batch.
+
+        Uses the activations of the last forward_prop; the results are views into `grads`.
+        """
+        a = self.activations
+        delta = (a[-1] - y) * sigmoid_prime_from_activation(a[-1])
+        for layer in reversed(range(len(self.weights))):
+            self._product_into(a[layer].T, delta, self.nabla_w[layer])
+            np.sum(delta, axis=0, out=self.nabla_b[layer])
+            if layer > 0:  # the inputs need no delta
+                delta = self.matmul(delta, self.weights[layer].T)
+                delta *= sigmoid_prime_from_activation(a[layer])
+        return self.nabla_b, self.nabla_w
+
+    def _product_into(self, a, b, out):
+        """out[...] = matmul(a, b), written straight into `out` when matmul is numpy's."""
+        if self.matmul is np.matmul:
+            np.matmul(a, b, out=out)
+        else:
+            out[...] = self.matmul(a, b)
+
+    def descend(self, gradient):
+        """params -= learning_rate * gradient, in place; `gradient` (flat) is scaled in place."""
+        gradient *= self.learning_rate
+        self.params -= gradient
+
+    def update_mini_batch(self, x, y):
+        """One SGD step on the mini-batch (x (batch, n_0), y (batch, n_L))."""
+        self.forward_prop(x)
+        self.back_prop(y)
+        self.descend(self.grads)
+
+    # ------------------------------------------------------------------ training and evaluation
+
+    def create_batches(self, data, labels, batch_size):
+        """-> list of number_of_batches (x, y) mini-batches, each batch_size distinct random samples."""
+        count = len(data)
+        if batch_size > count:
+            raise ValueError(f"mini-batch of {batch_size} from only {count} samples")
+        batches = []
+        for _ in range(self.number_of_batches):
+            chosen = self.rng.choice(count, batch_size, replace=False)
+            batches.append((data[chosen], labels[chosen]))
+        return batches
+
+    def fit(self, training_data, validation_data=None):
+        """Train for `epochs` epochs of `number_of_batches` mini-batches; report accuracy per epoch."""
+        data, labels = training_data
+        for epoch in range(self.epochs):
+            for x, y in self.create_batches(data, labels, self.mini_batch_size):
+                self.update_mini_batch(x, y)
+            if validation_data is not None:
+                self.print_progress(validation_data, epoch)
+
+    def predict(self, x):
+        """(N, n_0) inputs -> (N,) predicted class labels."""
+        x = np.atleast_2d(x)
+        labels = np.empty(len(x), dtype=np.intp)
+        for start in range(0, len(x), EVALUATION_CHUNK):
+            chunk = slice(start, start + EVALUATION_CHUNK)
+            labels[chunk] = np.argmax(self.forward_prop(x[chunk]), axis=1)
+        return labels
+
+    def validate(self, data):
+        """(images, one-hot labels) -> number of correctly classified samples."""
+        images, labels = data
+        return int(np.count_nonzero(self.predict(images) == np.argmax(labels, axis=1)))
+
+    def print_progress(self, validation_data, epoch):
+        """Record and print the validation accuracy after `epoch` (0-based): 'Epoch 1, accuracy 91.47 %.'"""
+        accuracy = 100.0 * self.validate(validation_data) / len(validation_data[0])
+        self.history.append(accuracy)
+        if self.is_root:
+            print(f"Epoch {epoch + 1}, accuracy {accuracy:.2f} %.", flush=True)

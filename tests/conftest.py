@@ -1,0 +1,59 @@
+"""Shared test helpers: start MPI jobs (always with a timeout) and small synthetic data sets."""
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from utils import IMAGE_MAGIC, LABEL_MAGIC, mpiexec_command, write_idx
+
+PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MPI_TIMEOUT = 120  # seconds: a job still running then has hung, and the test fails
+
+
+def run_command(command, timeout=MPI_TIMEOUT, env=None):
+    """Run `command` in its own process group; on timeout kill the whole group and fail the test."""
+    environment = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", **(env or {}))
+    process = subprocess.Popen(command, cwd=PROJECT_DIR, env=environment, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        pytest.fail(f"hung: {' '.join(command)} still running after {timeout} s\n{stdout}\n{stderr}")
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def run_mpi(processes, script, *args, timeout=MPI_TIMEOUT, env=None):
+    """mpiexec -n `processes` python `script` `args` -> CompletedProcess (text stdout/stderr)."""
+    command = [mpiexec_command(), "-n", str(processes), sys.executable, script, *map(str, args)]
+    return run_command(command, timeout=timeout, env=env)
+
+
+def run_python(script, *args, timeout=MPI_TIMEOUT, env=None):
+    """python `script` `args` without a launcher -> CompletedProcess."""
+    return run_command([sys.executable, script, *map(str, args)], timeout=timeout, env=env)
+
+
+def write_mnist_like(directory, train_count=120, test_count=40, seed=0, gz=True):
+    """Write four small MNIST-format IDX files of learnable synthetic digits; -> directory."""
+    rng = np.random.default_rng(seed)
+    prototypes = rng.integers(0, 256, size=(10, 28, 28))
+    suffix = ".gz" if gz else ""
+    for stem, count in (("train", train_count), ("t10k", test_count)):
+        labels = rng.integers(0, 10, size=count)
+        noise = rng.integers(-40, 41, size=(count, 28, 28))
+        images = np.clip(prototypes[labels] + noise, 0, 255)
+        write_idx(os.path.join(directory, f"{stem}-images-idx3-ubyte{suffix}"), images, IMAGE_MAGIC)
+        write_idx(os.path.join(directory, f"{stem}-labels-idx1-ubyte{suffix}"), labels, LABEL_MAGIC)
+    return str(directory)
+
+
+@pytest.fixture(scope="session")
+def mnist_real():
+    """The bundled MNIST (training, validation, test)."""
+    from utils import load_mnist
+    return load_mnist()
