@@ -124,7 +124,21 @@ def build_network(args, seed):
     settings = network_settings(args, seed)
     if args.mode == "serial":
         return NeuralNetwork(**settings)
+    if args.mode == "sync":
+        return build_sync_network(args, settings)
     raise NotImplementedError(f"mode {args.mode} is not available yet")
+
+
+def build_sync_network(args, settings):
+    """SynchronicNeuralNetwork over the allreduce the user chose (ring, naive or MPI's)."""
+    if args.allreduce == "mpi":
+        from sync_network_collective import SynchronicNeuralNetwork
+        return SynchronicNeuralNetwork(**settings, scaling=args.scaling)
+    from sync_network import SynchronicNeuralNetwork
+    if args.allreduce == "naive":
+        from my_naive_allreduce import allreduce
+        return SynchronicNeuralNetwork(**settings, scaling=args.scaling, allreduce=allreduce)
+    return SynchronicNeuralNetwork(**settings, scaling=args.scaling)
 
 
 def choose_seed(args, comm):

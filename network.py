@@ -91,13 +91,17 @@ class NeuralNetwork:
             self.activations.append(a)
         return a
 
-    def back_prop(self, y):
+    def back_prop(self, y, scale=1.0):
         """(batch, n_L) targets -> (nabla_b, nabla_w), the quadratic cost's gradient summed over the batch.
 
-        Uses the activations of the last forward_prop; the results are views into `grads`.
+        Uses the activations of the last forward_prop; the results are views into `grads`. The
+        gradient is linear in the output delta, so `scale` (e.g. the learning rate) is applied there,
+        on a few numbers, instead of to every gradient entry afterwards.
         """
         a = self.activations
         delta = (a[-1] - y) * sigmoid_prime_from_activation(a[-1])
+        if scale != 1.0:
+            delta *= scale
         for layer in reversed(range(len(self.weights))):
             self._product_into(a[layer].T, delta, self.nabla_w[layer])
             np.sum(delta, axis=0, out=self.nabla_b[layer])
@@ -113,16 +117,11 @@ class NeuralNetwork:
         else:
             out[...] = self.matmul(a, b)
 
-    def descend(self, gradient):
-        """params -= learning_rate * gradient, in place; `gradient` (flat) is scaled in place."""
-        gradient *= self.learning_rate
-        self.params -= gradient
-
     def update_mini_batch(self, x, y):
-        """One SGD step on the mini-batch (x (batch, n_0), y (batch, n_L))."""
+        """One SGD step on the mini-batch (x (batch, n_0), y (batch, n_L)): params -= eta * gradient."""
         self.forward_prop(x)
-        self.back_prop(y)
-        self.descend(self.grads)
+        self.back_prop(y, scale=self.learning_rate)
+        self.params -= self.grads
 
     # ------------------------------------------------------------------ training and evaluation
 
@@ -139,12 +138,15 @@ class NeuralNetwork:
 
     def fit(self, training_data, validation_data=None):
         """Train for `epochs` epochs of `number_of_batches` mini-batches; report accuracy per epoch."""
-        data, labels = training_data
         for epoch in range(self.epochs):
-            for x, y in self.create_batches(data, labels, self.mini_batch_size):
-                self.update_mini_batch(x, y)
+            self.train_epoch(*training_data)
             if validation_data is not None:
                 self.print_progress(validation_data, epoch)
+
+    def train_epoch(self, data, labels):
+        """One epoch: number_of_batches SGD steps on fresh random mini-batches."""
+        for x, y in self.create_batches(data, labels, self.mini_batch_size):
+            self.update_mini_batch(x, y)
 
     def predict(self, x):
         """(N, n_0) inputs -> (N,) predicted class labels."""
@@ -161,8 +163,12 @@ class NeuralNetwork:
         return int(np.count_nonzero(self.predict(images) == np.argmax(labels, axis=1)))
 
     def print_progress(self, validation_data, epoch):
-        """Record and print the validation accuracy after `epoch` (0-based): 'Epoch 1, accuracy 91.47 %.'"""
+        """On the root process, record and print the validation accuracy after `epoch` (0-based).
+
+        Prints 'Epoch 1, accuracy 91.47 %.'; other processes skip the evaluation altogether.
+        """
+        if not self.is_root:
+            return
         accuracy = 100.0 * self.validate(validation_data) / len(validation_data[0])
         self.history.append(accuracy)
-        if self.is_root:
-            print(f"Epoch {epoch + 1}, accuracy {accuracy:.2f} %.", flush=True)
+        print(f"Epoch {epoch + 1}, accuracy {accuracy:.2f} %.", flush=True)

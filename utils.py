@@ -180,3 +180,14 @@ def mpiexec_command():
     if found is None:
         raise FileNotFoundError("no mpiexec beside this Python or on PATH: pip install mpich")
     return found
+
+
+def even_bounds(count, parts):
+    """Offsets (parts + 1,) splitting range(count) into `parts` contiguous pieces as equal as possible.
+
+    As np.array_split does: the first count % parts pieces get one item more; pieces may be empty.
+    """
+    size, extra = divmod(count, parts)
+    offsets = [part * size + min(part, extra) for part in range(parts + 1)]
+    assert offsets[-1] == count, "the pieces must cover the range exactly"
+    return offsets

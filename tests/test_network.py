@@ -64,8 +64,11 @@ def test_update_is_gradient_descent_on_the_summed_gradient():
     network.forward_prop(x)
     network.back_prop(y)
     expected = before - 0.5 * network.grads
+    scaled = network.back_prop(y, scale=0.5)
+    np.testing.assert_allclose(network.grads, before - expected, rtol=1e-12)
+    assert scaled[1][0] is network.nabla_w[0]
     network.update_mini_batch(x, y)
-    np.testing.assert_array_equal(network.params, expected)
+    np.testing.assert_allclose(network.params, expected, rtol=1e-13, atol=1e-15)
 
 
 def tiny_problem(count=300, seed=0):
