@@ -1,0 +1,154 @@
+"""Naive allreduce over point-to-point MPI: every process sends its whole array to every other one.
+
+    allreduce(send, recv, comm, op)
+
+Each process posts p - 1 receives into a reusable buffer, sends its array to the p - 1 others,
+waits for everything (wait_all: a Waitall that yields the core), then reduces the p arrays in
+rank order x0 op x1 op ... op x(p-1). Every rank evaluates that same expression on the same bits,
+so every rank ends with the same bits. Each process sends (p - 1)n elements, p(p - 1)n in total;
+the ring sends under 2n per process whatever p is (see my_ring_allreduce.py).
+
+The contract helpers shared with the ring (argument checks, the op as an in-place reduction,
+flat views and cached scratch buffers) live here too.
+"""
+import os
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+NAIVE_TAG = 7301
+YIELDING_TESTS = 20  # tests, each followed by a yield of the core, before waiting turns to naps
+
+# MPI's built-in ops as numpy ufuncs, so a reduction can write into its output (out=).
+MPI_UFUNCS = ((MPI.SUM, np.add), (MPI.PROD, np.multiply), (MPI.MAX, np.maximum), (MPI.MIN, np.minimum))
+
+bytes_sent = 0  # bytes this process has passed to Isend here; the benchmark resets and reads it
+_scratch = {}  # (purpose, dtype) -> reusable 1-D buffer, grown on demand, never handed to callers
+
+
+# ----------------------------------------------------------------------------- contract helpers
+
+def check_buffers(send, recv):
+    """Raise ValueError unless send and recv are numeric numpy arrays of one shape and dtype.
+
+    Called before any communication, so a bad call fails on its own rank instead of hanging.
+    """
+    if not isinstance(send, np.ndarray) or not isinstance(recv, np.ndarray):
+        raise ValueError(f"send and recv must be numpy arrays, got {type(send).__name__} "
+                         f"and {type(recv).__name__}")
+    if send.shape != recv.shape:
+        raise ValueError(f"send and recv shapes differ: {send.shape} and {recv.shape}")
+    if send.dtype != recv.dtype:
+        raise ValueError(f"send and recv dtypes differ: {send.dtype} and {recv.dtype}")
+    if send.dtype.kind not in "biufc":
+        raise ValueError(f"dtype must be numeric, got {send.dtype}")
+    if not recv.flags.writeable:
+        raise ValueError("recv is read-only")
+
+
+def reduction(op):
+    """op -> reduce(x, y, out) that stores op(x, y) in `out` (in place for ufuncs and MPI's ops).
+
+    op: MPI.SUM/PROD/MAX/MIN, a numpy ufunc, or any binary function on arrays (its result is
+    copied into `out`, so a function like `lambda x, y: x + y` allocates once per call of it).
+    """
+    if isinstance(op, MPI.Op):
+        for mpi_op, ufunc in MPI_UFUNCS:
+            if op == mpi_op:
+                return ufunc
+        raise ValueError("of MPI's ops only MPI.SUM, MPI.PROD, MPI.MAX and MPI.MIN are supported")
+    if isinstance(op, np.ufunc) and op.nin == 2 and op.nout == 1:
+        return op
+    if not callable(op):
+        raise ValueError(f"op must be callable or an MPI op, got {op!r}")
+
+    def reduce(x, y, out):
+        out[...] = op(x, y)
+    return reduce
+
+
+def scratch(purpose, count, dtype):
+    """A reusable 1-D buffer of `count` elements of `dtype` (contents undefined), cached per purpose."""
+    key = (purpose, dtype)
+    buffer = _scratch.get(key)
+    if buffer is None or buffer.size < count:
+        buffer = _scratch[key] = np.empty(count, dtype=dtype)
+    return buffer[:count]
+
+
+def flat_input(send, recv):
+    """send as a contiguous 1-D array in native byte order: a view when it is one, else a copy.
+
+    Also a copy when send overlaps recv (an in-place call), so writing recv cannot change the input.
+    """
+    if send.flags.c_contiguous and send.dtype.isnative and not np.may_share_memory(send, recv):
+        return send.reshape(-1)
+    copy = scratch("input", send.size, send.dtype.newbyteorder("="))
+    copy[...] = send.reshape(-1)
+    return copy
+
+
+def flat_output(recv):
+    """A contiguous 1-D native array to build the result in: a view of recv when possible."""
+    if recv.flags.c_contiguous and recv.dtype.isnative:
+        return recv.reshape(-1)
+    return scratch("output", recv.size, recv.dtype.newbyteorder("="))
+
+
+def wait_all(requests):
+    """Complete `requests` like MPI's Waitall, but leave the core to others while waiting.
+
+    Waitall busy-polls. With more ranks than cores (4 on 2 here) the rank we wait for may need
+    this very core, so: test, yield the core, and after YIELDING_TESTS tries nap between tests
+    (time.sleep(0) sleeps for the kernel's timer slack, about 50 us). With a core per rank the
+    message usually arrives during the yielding tests, which cost about a microsecond each.
+    """
+    test_all, yield_core = MPI.Request.Testall, os.sched_yield
+    for _ in range(YIELDING_TESTS):
+        if test_all(requests):
+            return
+        yield_core()
+    while not test_all(requests):
+        time.sleep(0)
+
+
+def store(result, recv):
+    """Copy the result into recv unless it was built there already (recv is never rebound)."""
+    if not np.may_share_memory(result, recv):
+        recv[...] = result.reshape(recv.shape)
+
+
+# ----------------------------------------------------------------------------- the allreduce
+
+def allreduce(send, recv, comm, op):
+    """Fill recv with op over all ranks' send, elementwise; every rank gets the same bits.
+
+    send, recv: numpy arrays of the same shape and numeric dtype (any shape, any size; either may
+    be non-contiguous or in non-native byte order, then it goes through a copy). send is not
+    modified; recv is filled in place. op: MPI.SUM/PROD/MAX/MIN or an associative, commutative
+    binary function on arrays. Raises ValueError before communicating if the arguments do not fit.
+    """
+    global bytes_sent
+    check_buffers(send, recv)
+    reduce = reduction(op)
+    source, result = flat_input(send, recv), flat_output(recv)
+    size, rank = comm.Get_size(), comm.Get_rank()
+    if size == 1:
+        result[...] = source
+        store(result, recv)
+        return
+    count = source.size
+    received = scratch("naive", (size - 1) * count, source.dtype).reshape(size - 1, count)
+    others = [r for r in range(size) if r != rank]
+    requests = [comm.Irecv(row, source=r, tag=NAIVE_TAG) for r, row in zip(others, received)]
+    requests += [comm.Isend(source, dest=r, tag=NAIVE_TAG) for r in others]
+    bytes_sent += len(others) * source.nbytes
+    wait_all(requests)
+    # Rank order, the same expression everywhere: ((x0 op x1) op x2) ...
+    rows = list(received)
+    rows.insert(rank, source)
+    reduce(rows[0], rows[1], out=result)
+    for row in rows[2:]:
+        reduce(result, row, out=result)
+    store(result, recv)
