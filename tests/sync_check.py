@@ -1,0 +1,78 @@
+"""MPI script for tests/test_sync.py: synchronous training against the serial network.
+
+    mpiexec -n P python3 tests/sync_check.py BATCH_SIZE STEPS
+
+For each allreduce (ring, naive, MPI) and scaling, trains a small network on synthetic data and
+prints, on rank 0, one JSON line: whether every rank holds bit-identical parameters and the largest
+relative difference from the serial network trained on the same seed and samples.
+"""
+import json
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+import my_naive_allreduce  # noqa: E402
+import sync_network  # noqa: E402
+import sync_network_collective  # noqa: E402
+from network import NeuralNetwork  # noqa: E402
+
+SIZES = [20, 12, 8, 10]
+
+
+def problem(count=200):
+    """Learnable synthetic uint8 images with one-hot labels, the same on every rank."""
+    rng = np.random.default_rng(7)
+    prototypes = rng.integers(0, 256, size=(10, SIZES[0]))
+    labels = rng.integers(0, 10, size=count)
+    images = np.clip(prototypes[labels] + rng.integers(-30, 31, size=(count, SIZES[0])), 0, 255)
+    return images.astype(np.uint8), np.eye(10, dtype=np.uint8)[labels]
+
+
+def trained(network, data):
+    """Train `network` for 2 epochs on `data` -> its flat parameters."""
+    network.fit(data)
+    return network.params
+
+
+def compare(comm, params, reference):
+    """(all ranks bit-identical, max relative difference to `reference`) for this rank's params."""
+    hashes = comm.allgather(params.tobytes())
+    difference = np.max(np.abs(params - reference) / np.maximum(np.abs(reference), 1e-12))
+    return len(set(hashes)) == 1, float(difference)
+
+
+def main():
+    comm = MPI.COMM_WORLD
+    batch_size, batches = int(sys.argv[1]), int(sys.argv[2])
+    data = problem()
+    settings = dict(sizes=SIZES, learning_rate=0.3, mini_batch_size=batch_size,
+                    number_of_batches=batches, epochs=2, seed=11)
+    variants = {
+        "ring": (sync_network.SynchronicNeuralNetwork, {}),
+        "naive": (sync_network.SynchronicNeuralNetwork, {"allreduce": my_naive_allreduce.allreduce}),
+        "mpi": (sync_network_collective.SynchronicNeuralNetwork, {}),
+    }
+    results = {}
+    for scaling in ("strong", "weak"):
+        if scaling == "strong":
+            reference = trained(NeuralNetwork(**settings), data)
+        else:  # weak scaling is the serial network on p-fold mini-batches, fewer steps, capped step
+            p = comm.size
+            reference = trained(NeuralNetwork(**dict(
+                settings, mini_batch_size=batch_size * p, number_of_batches=math.ceil(batches / p),
+                learning_rate=settings["learning_rate"] * min(1, 2 / p))), data)
+        for name, (cls, extra) in variants.items():
+            network = cls(**settings, scaling=scaling, **extra)
+            identical, difference = compare(comm, trained(network, data), reference)
+            results[f"{name} {scaling}"] = {"identical": identical, "difference": difference,
+                                            "steps": network.steps}
+    if comm.rank == 0:
+        print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
