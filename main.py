@@ -19,6 +19,7 @@ for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
 import argparse  # noqa: E402
 import json  # noqa: E402
 import secrets  # noqa: E402
+import signal  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
@@ -87,6 +88,10 @@ def common_arguments():
     output = common.add_argument_group("output")
     output.add_argument("--save", metavar="PATH", help="write the final parameters to PATH (.npz)")
     output.add_argument("--json", metavar="PATH", help="write a machine-readable record of the run")
+    output.add_argument("--checkpoint", metavar="PATH",
+                        help="after every epoch write model, position and random state to PATH "
+                             "(atomically); on SIGTERM stop at the next epoch end and exit cleanly")
+    output.add_argument("--resume", metavar="PATH", help="continue the run saved in checkpoint PATH")
     return common
 
 
@@ -110,7 +115,19 @@ def parse_args(argv=None):
 
 
 def add_async_arguments(parser):
-    """Options of the parameter server (staleness control)."""
+    """Options of the parameter server (staleness control); the README explains the defaults."""
+    parser.add_argument("--compensation", type=bounded(float, 0, "non-negative float"), default=4.0,
+                        metavar="L", help="delay compensation: a master corrects a stale gradient g "
+                        "by L*g*g*(w_now - w_pulled)/lr; 0 = off (default 4)")
+    parser.add_argument("--max-staleness", type=bounded(int, 0), default=3, metavar="S",
+                        help="at most S updates between a worker's pull and its push, so at most "
+                             "S+1 workers compute at a time; 0 = one at a time (serial SGD) "
+                             "(default 3)")
+    parser.add_argument("--unbounded", dest="max_staleness", action="store_const", const=None,
+                        help="no staleness bound (fully asynchronous)")
+    parser.add_argument("--lr-rule", choices=["constant", "staleness", "workers"], default="constant",
+                        help="factor on a gradient that is tau updates stale: constant 1, "
+                             "staleness 1/(1+tau), workers 1/W (default constant)")
 
 
 def network_settings(args, seed):
@@ -126,6 +143,11 @@ def build_network(args, seed):
         return NeuralNetwork(**settings)
     if args.mode == "sync":
         return build_sync_network(args, settings)
+    if args.mode == "async":
+        from async_network import AsynchronicNeuralNetwork
+        return AsynchronicNeuralNetwork(**settings, number_of_masters=args.masters,
+                                        compensation=args.compensation,
+                                        max_staleness=args.max_staleness, lr_rule=args.lr_rule)
     raise NotImplementedError(f"mode {args.mode} is not available yet")
 
 
@@ -145,6 +167,14 @@ def choose_seed(args, comm):
     """The run's seed: the user's, else a fresh one drawn on rank 0 and shared with every rank."""
     seed = args.seed if args.seed is not None else secrets.randbits(32)
     return comm.bcast(seed, root=0) if comm is not None else seed
+
+
+def resumed_network(args, seed):
+    """The network of build_network, continuing from --resume if given."""
+    network = build_network(args, seed)
+    if args.resume:
+        network.load_checkpoint(args.resume)
+    return network
 
 
 def agree_on_setup(comm, setup):
@@ -170,15 +200,24 @@ def agree_on_setup(comm, setup):
 def train(args, comm):
     """Load the data, build the network, train it, report; rank 0 prints and writes the files."""
     seed = choose_seed(args, comm)
-    data, network = agree_on_setup(comm, lambda: (load_mnist(args.data_dir), build_network(args, seed)))
+    # Data first: a rank that cannot read it must not be missing from the collectives that
+    # building a distributed network performs.
+    data = agree_on_setup(comm, lambda: load_mnist(args.data_dir))
+    network = agree_on_setup(comm, lambda: resumed_network(args, seed))
     training_data, validation_data, test_data = data
+    if args.checkpoint:
+        signal.signal(signal.SIGTERM, lambda signum, frame: setattr(network, "stop_requested", True))
     start = time.perf_counter()
-    network.fit(training_data, validation_data)
+    network.fit(training_data, validation_data, checkpoint=args.checkpoint)
     elapsed = time.perf_counter() - start
     memory = comm.gather(peak_rss_mb(), root=0) if comm is not None else [peak_rss_mb()]
     if not network.is_root:
         return
-    accuracy = network.validate(test_data) / 100.0
+    if network.epoch < network.epochs:
+        print(f"Stopped on SIGTERM after epoch {network.epoch} of {network.epochs}; "
+              f"resume with --resume {args.checkpoint}", flush=True)
+        return
+    accuracy = 100.0 * network.validate(test_data) / len(test_data[0])
     print(f"Time {args.mode}: {elapsed:.2f}")
     print(f"Test Accuracy: {accuracy:.2f}%", flush=True)
     if args.save:
@@ -192,7 +231,9 @@ def write_record(args, network, seed, comm, elapsed, accuracy, memory):
     record = {
         "mode": args.mode,
         "processes": comm.size if comm is not None else 1,
-        "settings": {key: value for key, value in vars(args).items() if key not in ("save", "json")},
+        "settings": {key: value for key, value in vars(args).items()
+                     if key not in ("save", "json", "checkpoint", "resume")},
+        "resumed_from": args.resume,
         "seed": seed,
         "epoch_accuracy": network.history,
         "time": elapsed,

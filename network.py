@@ -6,6 +6,9 @@ Every weight and bias is a view into one flat parameter buffer `params` (and eve
 view into `grads`), so the distributed versions move all parameters with one call and a
 parameter-server shard is a slice.
 """
+import json
+import os
+
 import numpy as np
 
 from utils import as_inputs, init_parameters, sigmoid, sigmoid_prime_from_activation
@@ -39,6 +42,8 @@ class NeuralNetwork:
         init_parameters(self.weights, self.biases, self.rng)
         self.activations = []
         self.history = []  # validation accuracy (%) after each epoch
+        self.epoch = 0  # epochs completed
+        self.stop_requested = False
         self.is_root = True  # the process that prints; distributed subclasses set it to rank == 0
 
     def _check_settings(self):
@@ -136,12 +141,25 @@ class NeuralNetwork:
             batches.append((data[chosen], labels[chosen]))
         return batches
 
-    def fit(self, training_data, validation_data=None):
-        """Train for `epochs` epochs of `number_of_batches` mini-batches; report accuracy per epoch."""
-        for epoch in range(self.epochs):
+    def fit(self, training_data, validation_data=None, checkpoint=None):
+        """Train until `epochs` epochs are done; after each, report accuracy and write `checkpoint`.
+
+        Starts at `self.epoch` (non-zero after load_checkpoint). An epoch end is the safe point where
+        a requested stop (stop_requested, set on SIGTERM) ends training, after the checkpoint.
+        """
+        for epoch in range(self.epoch, self.epochs):
             self.train_epoch(*training_data)
+            self.epoch = epoch + 1
             if validation_data is not None:
                 self.print_progress(validation_data, epoch)
+            if checkpoint is not None:
+                self.save_checkpoint(checkpoint)
+            if self.agree_to_stop():
+                break
+
+    def agree_to_stop(self):
+        """Whether training should stop now; distributed subclasses make every rank agree."""
+        return self.stop_requested
 
     def train_epoch(self, data, labels):
         """One epoch: number_of_batches SGD steps on fresh random mini-batches."""
@@ -172,3 +190,36 @@ class NeuralNetwork:
         accuracy = 100.0 * self.validate(validation_data) / len(validation_data[0])
         self.history.append(accuracy)
         print(f"Epoch {epoch + 1}, accuracy {accuracy:.2f} %.", flush=True)
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def save_checkpoint(self, path):
+        """Write parameters, epochs done, history and random state to `path` (.npz), atomically.
+
+        The file is written beside `path` and renamed over it, so a crash never leaves half a
+        checkpoint. Only the root process writes.
+        """
+        if not self.is_root:
+            return
+        temporary = f"{path}.tmp{os.getpid()}"
+        with open(temporary, "wb") as f:
+            np.savez(f, params=self.params, sizes=np.array(self.sizes), epoch=self.epoch,
+                     history=np.array(self.history), rng_state=json.dumps(self.rng.bit_generator.state))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+
+    def load_checkpoint(self, path):
+        """Continue from a checkpoint of save_checkpoint: same layers and dtype required."""
+        try:
+            with np.load(path) as saved:
+                state = {name: saved[name] for name in saved.files}
+        except (OSError, ValueError, EOFError) as error:
+            raise ValueError(f"{path}: cannot read checkpoint: {error}") from None
+        if list(state["sizes"]) != self.sizes or state["params"].dtype != self.dtype:
+            raise ValueError(f"{path}: checkpoint of layers {list(state['sizes'])} "
+                             f"{state['params'].dtype}, this run has {self.sizes} {self.dtype}")
+        self.params[...] = state["params"]
+        self.epoch = int(state["epoch"])
+        self.history = [float(a) for a in state["history"]]
+        self.rng.bit_generator.state = json.loads(str(state["rng_state"]))

@@ -1,0 +1,395 @@
+"""Asynchronous SGD on a parameter server: ranks 0..M-1 are masters, the other ranks workers.
+
+    mpiexec -n <nprocs> python3 main.py async <masters> [--compensation L] [--max-staleness S]
+                                                        [--lr-rule constant|staleness|workers]
+
+The flat parameter vector is cut into M contiguous shards balanced by parameter count (not by
+layer: the 784x128 layer holds 92 % of the parameters). Every worker talks to every master:
+
+    worker w                                     master m (owns params[lo_m:hi_m])
+    pull_parameters: Irecv shard m  <------.     Waitany on one pre-posted Irecv per worker
+    forward_prop, back_prop                |     ...the gradient of worker w arrives (GRAD_TAG):
+    push_gradients:  Isend grads[lo_m:hi_m] --->  apply_gradient: shard -= step(gradient)
+    (the next pull is posted before the push) '-- send_parameters: Isend a copy of the shard (PARAM_TAG)
+
+Every epoch starts with a pull and a worker's last push of an epoch has no pull, so the epoch is
+a barrier without extra messages and nothing is left posted between epochs. The workers together
+do number_of_batches mini-batches per epoch (the first workers take the remainder). At the end of
+each epoch the masters send rank 0 their shards (SNAPSHOT_TAG): rank 0 reports the accuracy of the
+whole current model and ends training holding the whole model.
+
+Staleness of an update = how many updates the shard received between the worker's pull and its
+push; with W workers taking turns it is about W - 1. Plain asynchronous SGD at the course's
+learning rate collapses from W = 6 on (measurements in the README): W workers pushing gradients of
+the same stale point overshoot, the sigmoid units saturate and never recover. Two remedies:
+
+- compensation L (delay compensation, Zheng et al. 2017): the master corrects a stale gradient
+  towards the current parameters with a diagonal curvature estimate, g + L * g * g * (w_now -
+  w_pulled) / lr, where w_pulled is the copy it sent that worker. Zero when nothing changed.
+- max_staleness s: master 0 lets a worker pull only if no gradient in flight can then become more
+  than s updates stale (at most s + 1 workers compute at a time). It tells the other masters each
+  grant with its own update count (GRANT_TAG); they serve it once they have applied as many, so
+  all masters grant alike and cannot deadlock one another. s = 0: one worker at a time, each
+  gradient computed on the current model, i.e. serial SGD.
+"""
+import secrets
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from network import NeuralNetwork
+from utils import even_bounds
+
+GRAD_TAG = 1      # worker -> master: the gradient slice of the master's shard
+PARAM_TAG = 2     # master -> worker: the fresh shard
+SNAPSHOT_TAG = 3  # master -> rank 0: the shard at the end of an epoch
+GRANT_TAG = 4     # master 0 -> other masters: (worker, version) "w may pull once you have
+                  # applied `version` updates" (bounded staleness only)
+
+DEFAULT_COMPENSATION = 4.0  # main.py repeats these defaults for its --help
+DEFAULT_MAX_STALENESS = 3
+
+LR_RULES = {  # factor on a worker's (learning-rate scaled) gradient, given its staleness
+    "constant": lambda staleness, workers: 1.0,
+    "staleness": lambda staleness, workers: 1.0 / (1 + staleness),
+    "workers": lambda staleness, workers: 1.0 / workers,
+}
+
+
+class AsynchronicNeuralNetwork(NeuralNetwork):
+    """Parameter-server SGD with `number_of_masters` masters; every other rank is a worker.
+
+    compensation: delay-compensation strength L >= 0 (0 switches it off).
+    max_staleness: s >= 0 (see the module docstring), or None for unbounded staleness.
+    The defaults are what kept the course's experiment above 90 % for 2 to 12 workers (README).
+    lr_rule: factor on a gradient of staleness tau: "constant" 1, "staleness" 1 / (1 + tau),
+    "workers" 1 / W. With one worker every setting gives exactly the serial network's steps.
+    """
+
+    def __init__(self, sizes=(), learning_rate=1.0, mini_batch_size=16, number_of_batches=16,
+                 epochs=10, number_of_masters=1, matmul=np.matmul, seed=None, dtype=np.float64,
+                 compensation=DEFAULT_COMPENSATION, max_staleness=DEFAULT_MAX_STALENESS,
+                 lr_rule="constant", comm=None):
+        self.comm = comm if comm is not None else MPI.COMM_WORLD
+        self.rank, self.size = self.comm.rank, self.comm.size
+        self.masters = int(number_of_masters)
+        if not 1 <= self.masters < self.size:  # checked alike on every rank, before any message
+            raise ValueError(f"async needs 1 <= masters < processes, got {self.masters} masters "
+                             f"for {self.size} processes")
+        if lr_rule not in LR_RULES:
+            raise ValueError(f"lr_rule must be one of {', '.join(LR_RULES)}, got {lr_rule!r}")
+        if max_staleness is not None and max_staleness < 0:
+            raise ValueError(f"max_staleness must be None or >= 0, got {max_staleness}")
+        if not compensation >= 0:
+            raise ValueError(f"compensation must be >= 0, got {compensation}")
+        seed = self.comm.bcast(seed if seed is not None else secrets.randbits(32), root=0)
+        super().__init__(sizes, learning_rate, mini_batch_size, number_of_batches, epochs, matmul,
+                         seed, dtype)
+        # Roles and the division of labour, decided once.
+        self.is_root = self.rank == 0
+        self.is_master = self.rank < self.masters
+        self.workers = self.size - self.masters
+        self.compensation, self.max_staleness, self.lr_rule = compensation, max_staleness, lr_rule
+        self.shard_bounds = even_bounds(self.params.size, self.masters)
+        self.shards = [slice(lo, hi) for lo, hi in zip(self.shard_bounds[:-1], self.shard_bounds[1:])]
+        assert self.shard_bounds[0] == 0 and self.shard_bounds[-1] == self.params.size
+        self.quota = np.diff(even_bounds(self.number_of_batches, self.workers))  # batches per epoch
+        self.active_workers = int(np.count_nonzero(self.quota))
+        self.train_time = 0.0
+        self.statistics_record = {}
+        if self.is_master:
+            self._prepare_master()
+        else:
+            self._prepare_worker()
+
+    def _prepare_master(self):
+        """Buffers and bookkeeping of a master: a gradient and a reply buffer per worker."""
+        self.shard = self.shards[self.rank]
+        size = self.shard.stop - self.shard.start
+        self.grad_buffers = np.empty((self.workers, size), dtype=self.dtype)
+        self.reply_buffers = np.empty((self.workers, size), dtype=self.dtype)  # = what each pulled
+        self.drift = np.empty(size, dtype=self.dtype)  # scratch for the delay compensation
+        self.grad_requests = [MPI.REQUEST_NULL] * self.workers
+        self.reply_requests = [MPI.REQUEST_NULL] * self.workers
+        self.pushed = np.zeros(self.workers, dtype=np.int64)     # per worker, this epoch
+        self.pulled_at = np.zeros(self.workers, dtype=np.int64)  # shard version each worker holds
+        self.computing = np.zeros(self.workers, dtype=bool)      # pulled, gradient not yet here
+        self.waiting = []  # workers that want to pull, in arrival order
+        self.version = 0   # updates applied to this shard so far
+        self.staleness = np.zeros(self.number_of_batches * self.epochs, dtype=np.int64)
+        self.idle_time = 0.0
+        # Bounded staleness: master 0 decides, the other masters follow its grants.
+        self.follows_grants = self.max_staleness is not None and not self.is_root
+        self.granted_at = np.full(self.workers, -1, dtype=np.int64)  # master 0's version, -1: none
+        self.grant_buffer = np.empty(2, dtype=np.int64)  # received (worker, version)
+        self.grant_request = MPI.REQUEST_NULL
+        self.grants_sent = np.empty((max(self.number_of_batches, 1), 2), dtype=np.int64)
+        self.grant_sends = []
+
+    def _prepare_worker(self):
+        """A worker's sample stream, counters and times."""
+        self.worker = self.rank - self.masters
+        self.rng = self.worker_stream(self.rng)
+        self.compute_time = self.wait_time = 0.0
+        self.batches_done = 0
+
+    def worker_stream(self, rng):
+        """This worker's mini-batch stream: `rng` jumped (2^128 draws) by its stream index.
+
+        The index is worker + workers * epochs done, so worker 0 of a fresh run draws exactly the
+        serial network's mini-batches (same seed), streams of different workers never overlap,
+        and a resumed run does not replay the samples of the first epochs.
+        """
+        return np.random.Generator(rng.bit_generator.jumped(self.worker + self.workers * self.epoch))
+
+    def load_checkpoint(self, path):
+        """Continue from a checkpoint written by rank 0 (the whole model); workers get fresh streams."""
+        super().load_checkpoint(path)
+        if not self.is_master:
+            self.rng = self.worker_stream(self.rng)
+
+    # ------------------------------------------------------------------ training
+
+    def fit(self, training_data, validation_data=None, **options):
+        """Train as NeuralNetwork.fit does; at the end rank 0 holds the whole model and the figures."""
+        super().fit(training_data, validation_data, **options)
+        if self.is_master:
+            MPI.Request.Waitall(self.reply_requests)
+        self.gather_statistics()
+
+    def train_epoch(self, data, labels):
+        """One epoch: a master serves number_of_batches updates, a worker does its share of them."""
+        start = time.perf_counter()
+        if self.is_master:
+            self.serve_epoch()
+        else:
+            self.work_epoch(data, labels)
+        self.train_time += time.perf_counter() - start
+
+    def agree_to_stop(self):
+        """Whether any rank was asked to stop (SIGTERM with --checkpoint): all ranks agree, at epoch end."""
+        return self.comm.allreduce(self.stop_requested, op=MPI.LOR)
+
+    # ------------------------------------------------------------------ worker
+
+    def work_epoch(self, data, labels):
+        """This worker's share of the epoch: pull; then per mini-batch gradient, push, pull."""
+        batches = self.quota[self.worker]
+        if batches:
+            self.exchange(self.pull_parameters())
+        for batch in range(batches):
+            start = time.perf_counter()
+            chosen = self.rng.choice(len(data), self.mini_batch_size, replace=False)
+            self.forward_prop(data[chosen])
+            self.back_prop(labels[chosen], scale=self.learning_rate)
+            self.compute_time += time.perf_counter() - start
+            pulls = self.pull_parameters() if batch < batches - 1 else []  # posted before the push
+            self.exchange(pulls + self.push_gradients())
+            self.batches_done += 1
+
+    def exchange(self, requests):
+        """Wait for this worker's sends and receives; the time counts as waiting."""
+        start = time.perf_counter()
+        MPI.Request.Waitall(requests)
+        self.wait_time += time.perf_counter() - start
+
+    def push_gradients(self):
+        """Isend every master the gradient of its shard -> the requests."""
+        return [self.comm.Isend(self.grads[shard], dest=master, tag=GRAD_TAG)
+                for master, shard in enumerate(self.shards)]
+
+    def pull_parameters(self):
+        """Irecv every master's fresh shard straight into the parameter buffer -> the requests."""
+        return [self.comm.Irecv(self.params[shard], source=master, tag=PARAM_TAG)
+                for master, shard in enumerate(self.shards)]
+
+    # ------------------------------------------------------------------ master
+
+    def serve_epoch(self):
+        """Apply exactly number_of_batches gradients, each from whichever worker is ready first.
+
+        Waitany blocks in MPI on the pre-posted receives (no Python polling loop). Every worker
+        with mini-batches starts the epoch wanting a pull; a master that follows master 0's
+        grants also waits for one grant per pull. Nothing is left posted at the end.
+        """
+        self.pushed[:] = 0
+        self.waiting = [worker for worker in range(self.workers) if self.quota[worker] > 0]
+        for worker in self.waiting:
+            self.post_gradient_receive(worker)
+        grants_expected = self.number_of_batches if self.follows_grants else 0
+        grants_received = updates = 0
+        if grants_expected:
+            self.post_grant_receive()
+        self.release_waiting_workers()
+        while updates < self.number_of_batches or grants_received < grants_expected:
+            start = time.perf_counter()
+            index = MPI.Request.Waitany(self.grad_requests + [self.grant_request])
+            self.idle_time += time.perf_counter() - start
+            assert index != MPI.UNDEFINED, "a receive is posted for every gradient still to come"
+            if index == self.workers:  # a grant from master 0
+                self.grant_request = MPI.REQUEST_NULL
+                worker, version = self.grant_buffer
+                self.granted_at[worker] = version
+                grants_received += 1
+                if grants_received < grants_expected:
+                    self.post_grant_receive()
+            else:
+                self.grad_requests[index] = MPI.REQUEST_NULL
+                self.apply_gradient(index)
+                self.post_gradient_receive(index)
+                updates += 1
+            self.release_waiting_workers()
+        assert not self.waiting, "every pull of the epoch must have been served"
+        MPI.Request.Waitall(self.grant_sends)
+        self.grant_sends = []
+        self.send_snapshot()
+
+    def post_gradient_receive(self, worker):
+        """Pre-post the receive of `worker`'s next gradient, if it has mini-batches left this epoch."""
+        if self.pushed[worker] < self.quota[worker]:
+            self.grad_requests[worker] = self.comm.Irecv(
+                self.grad_buffers[worker], source=self.masters + worker, tag=GRAD_TAG)
+
+    def post_grant_receive(self):
+        """Pre-post the receive of master 0's next grant."""
+        self.grant_request = self.comm.Irecv(self.grant_buffer, source=0, tag=GRANT_TAG)
+
+    def apply_gradient(self, worker):
+        """shard -= factor * (compensated gradient); record the update's staleness."""
+        staleness = self.version - self.pulled_at[worker]
+        self.staleness[self.version] = staleness
+        gradient = self.grad_buffers[worker]
+        if self.compensation:
+            self.compensate(gradient, worker)
+        factor = LR_RULES[self.lr_rule](staleness, self.active_workers)
+        if factor != 1.0:
+            gradient *= factor
+        self.params[self.shard] -= gradient
+        self.version += 1
+        self.pushed[worker] += 1
+        self.computing[worker] = False
+        if self.pushed[worker] < self.quota[worker]:  # it pulls again this epoch
+            self.waiting.append(worker)
+
+    def compensate(self, gradient, worker):
+        """gradient += L * gradient^2 * (w_now - w_pulled) / lr, in place (the gradient is lr-scaled).
+
+        A first-order correction of the gradient from the point the worker pulled to the current
+        one, with gradient^2 as a cheap diagonal estimate of the curvature. Zero if no other
+        update came in between, so one worker is still exactly serial SGD.
+        """
+        drift = np.subtract(self.params[self.shard], self.reply_buffers[worker], out=self.drift)
+        drift *= gradient
+        drift *= gradient
+        drift *= self.compensation / self.learning_rate
+        gradient += drift
+
+    def may_pull(self, worker):
+        """Whether `worker` may have the fresh shard now (always, unless staleness is bounded)."""
+        if self.max_staleness is None:
+            return True
+        if self.follows_grants:
+            return 0 <= self.granted_at[worker] <= self.version
+        return self.window_allows()
+
+    def window_allows(self):
+        """Master 0: whether one more worker may start without any gradient exceeding max_staleness.
+
+        Every worker computing now may still see one update from each of the others, so the
+        oldest one's staleness plus the number computing must stay within the bound. With none
+        computing a worker may always start, so the oldest worker always finishes: no deadlock.
+        """
+        if not self.computing.any():
+            return True
+        oldest = self.version - self.pulled_at[self.computing].min()
+        return oldest + np.count_nonzero(self.computing) <= self.max_staleness
+
+    def release_waiting_workers(self):
+        """Send the fresh shard to the waiting workers that may pull now, in arrival order."""
+        still_waiting = []
+        for worker in self.waiting:
+            if self.may_pull(worker):
+                self.send_parameters(worker)
+            else:
+                still_waiting.append(worker)
+        self.waiting = still_waiting
+
+    def send_parameters(self, worker):
+        """Isend `worker` a copy of the shard (the shard itself changes with the next update)."""
+        self.reply_requests[worker].Wait()  # its previous reply, long delivered
+        self.reply_buffers[worker] = self.params[self.shard]
+        self.reply_requests[worker] = self.comm.Isend(
+            self.reply_buffers[worker], dest=self.masters + worker, tag=PARAM_TAG)
+        self.pulled_at[worker] = self.version
+        self.computing[worker] = True
+        if self.follows_grants:
+            self.granted_at[worker] = -1
+        elif self.max_staleness is not None and self.masters > 1:  # master 0 tells the others
+            grant = self.grants_sent[len(self.grant_sends) // (self.masters - 1)]
+            grant[:] = worker, self.version
+            self.grant_sends += [self.comm.Isend(grant, dest=master, tag=GRANT_TAG)
+                                 for master in range(1, self.masters)]
+
+    def send_snapshot(self):
+        """End of an epoch: every master's shard to rank 0, which then holds the whole model."""
+        if self.is_root:
+            requests = [self.comm.Irecv(self.params[shard], source=master, tag=SNAPSHOT_TAG)
+                        for master, shard in enumerate(self.shards) if master != 0]
+            MPI.Request.Waitall(requests)
+        else:
+            self.comm.Isend(self.params[self.shard], dest=0, tag=SNAPSHOT_TAG).Wait()
+
+    # ------------------------------------------------------------------ figures
+
+    def gather_statistics(self):
+        """Collect every rank's counts and times on rank 0 (after the protocol, one gather)."""
+        if self.is_master:
+            staleness = self.staleness[:self.version]
+            mine = {"rank": self.rank, "role": "master", "updates": int(self.version),
+                    "shard": [int(self.shard.start), int(self.shard.stop)],
+                    "staleness_histogram": np.bincount(staleness).tolist(),
+                    "staleness_max": int(staleness.max()) if staleness.size else 0,
+                    "idle_time": self.idle_time, "train_time": self.train_time}
+        else:
+            mine = {"rank": self.rank, "role": "worker", "batches": self.batches_done,
+                    "compute_time": self.compute_time, "wait_time": self.wait_time,
+                    "train_time": self.train_time}
+        everyone = self.comm.gather(mine, root=0)
+        if self.is_root:
+            self.statistics_record = summarise(everyone, self)
+
+    def statistics(self):
+        """Rank 0's summary of the run for --json (updates, staleness, times per rank)."""
+        return self.statistics_record
+
+
+def summarise(ranks, network):
+    """One dictionary of the figures the README quotes, from every rank's own record."""
+    masters = [r for r in ranks if r["role"] == "master"]
+    workers = [r for r in ranks if r["role"] == "worker"]
+    histogram = np.zeros(max(len(m["staleness_histogram"]) for m in masters), dtype=np.int64)
+    for m in masters:
+        histogram[:len(m["staleness_histogram"])] += np.asarray(m["staleness_histogram"], np.int64)
+    values = np.repeat(np.arange(histogram.size), histogram)
+    train_time = max(r["train_time"] for r in ranks)
+    updates = masters[0]["updates"]
+    return {
+        "masters": network.masters, "workers": network.workers,
+        "active_workers": network.active_workers, "compensation": network.compensation,
+        "max_staleness": network.max_staleness, "lr_rule": network.lr_rule,
+        "shard_bounds": [int(b) for b in network.shard_bounds],
+        "updates_per_master": [m["updates"] for m in masters],
+        "batches_per_worker": [w["batches"] for w in workers],
+        "staleness_histogram": histogram.tolist(),  # over all masters' updates
+        "staleness_mean": float(values.mean()) if values.size else 0.0,
+        "staleness_p50": float(np.percentile(values, 50)) if values.size else 0.0,
+        "staleness_p90": float(np.percentile(values, 90)) if values.size else 0.0,
+        "staleness_max": int(values.max()) if values.size else 0,
+        "staleness_max_per_master": [m["staleness_max"] for m in masters],
+        "train_time": train_time,
+        "updates_per_second": updates / train_time if train_time > 0 else None,
+        "master_idle_time": [m["idle_time"] for m in masters],
+        "worker_compute_time": [w["compute_time"] for w in workers],
+        "worker_wait_time": [w["wait_time"] for w in workers],
+    }

@@ -1,0 +1,100 @@
+"""MPI script for tests/test_async.py: the parameter server against the serial network and its counts.
+
+    mpiexec -n P python3 tests/async_check.py
+
+Trains small networks on synthetic data with every number of masters 1 <= M <= min(3, P - 1), with
+even, uneven and too-few mini-batches per epoch and with bounded staleness, and prints on rank 0 one
+JSON object: per run the update counts, whether rank 0's final model is the masters' shards
+assembled, and, for one worker (a sub-communicator of M + 1 ranks), the largest difference from
+the serial network trained on the same seed.
+"""
+import contextlib
+import io
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+from async_network import AsynchronicNeuralNetwork  # noqa: E402
+from network import NeuralNetwork  # noqa: E402
+
+SIZES = [20, 12, 8, 10]
+EPOCHS = 2
+
+
+def problem(count=200):
+    """Learnable synthetic uint8 images with one-hot labels, the same on every rank."""
+    rng = np.random.default_rng(7)
+    prototypes = rng.integers(0, 256, size=(10, SIZES[0]))
+    labels = rng.integers(0, 10, size=count)
+    images = np.clip(prototypes[labels] + rng.integers(-30, 31, size=(count, SIZES[0])), 0, 255)
+    return images.astype(np.uint8), np.eye(10, dtype=np.uint8)[labels]
+
+
+def settings(batches, **extra):
+    return dict(sizes=SIZES, learning_rate=0.3, mini_batch_size=4, number_of_batches=batches,
+                epochs=EPOCHS, seed=11, **extra)
+
+
+def assembled(network):
+    """On rank 0: the masters' own shards, gathered and concatenated (None elsewhere)."""
+    mine = network.params[network.shard].copy() if network.is_master else None
+    pieces = network.comm.gather(mine, root=0)
+    return np.concatenate(pieces[:network.masters]) if network.is_root else None
+
+
+def run(comm, masters, batches, data, **extra):
+    """Train one configuration -> on rank 0, its counts and checks."""
+    network = AsynchronicNeuralNetwork(**settings(batches, number_of_masters=masters, comm=comm,
+                                                  **extra))
+    with contextlib.redirect_stdout(io.StringIO()):  # rank 0's epoch lines; the JSON is the output
+        network.fit(data, data)
+    whole = assembled(network)
+    if not network.is_root:
+        return None
+    stats = network.statistics()
+    result = {"masters": masters, "batches": batches, **extra,
+              "updates_per_master": stats["updates_per_master"],
+              "batches_per_worker": stats["batches_per_worker"],
+              "staleness_max_per_master": stats["staleness_max_per_master"],
+              "epochs_reported": len(network.history),
+              "root_holds_assembled_model": bool(np.array_equal(whole, network.params))}
+    if network.workers == 1:
+        serial = NeuralNetwork(**settings(batches))
+        serial.fit(data)
+        result["difference_from_serial"] = float(np.max(np.abs(network.params - serial.params)))
+    return result
+
+
+def main():
+    world = MPI.COMM_WORLD
+    data = problem()
+    results = []
+    for masters in range(1, min(3, world.size - 1) + 1):
+        workers = world.size - masters
+        for batches in sorted({7, workers - 1, 0}):  # uneven; fewer batches than workers; none
+            results.append(run(world, masters, batches, data))  # the defaults
+        results.append(run(world, masters, 9, data, max_staleness=0))
+        results.append(run(world, masters, 9, data, max_staleness=1, lr_rule="staleness"))
+        results.append(run(world, masters, 9, data, max_staleness=None, compensation=0.0))
+    for masters in (1, 2):  # one worker: must be the serial network, whatever the options
+        group = world.Split(0 if world.rank <= masters else MPI.UNDEFINED, world.rank)
+        if group != MPI.COMM_NULL:
+            for options in ({}, {"max_staleness": None, "lr_rule": "workers"},
+                            {"max_staleness": 0, "compensation": 0.0, "lr_rule": "staleness"}):
+                results.append(run(group, masters, 7, data, **options))
+            group.Free()
+    if world.rank == 0:
+        print(json.dumps([r for r in results if r is not None]))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception:  # noqa: BLE001 - end every rank at once instead of leaving them waiting
+        import traceback
+        traceback.print_exc()
+        MPI.COMM_WORLD.Abort(1)

@@ -1,0 +1,80 @@
+"""The asynchronous parameter server: serial equivalence, update counts, whole model on rank 0, errors."""
+import json
+import re
+import time
+
+import numpy as np
+import pytest
+
+from conftest import run_mpi, write_mnist_like
+
+EPOCHS = 2  # as in tests/async_check.py
+
+
+def expected_batches_per_worker(batches, workers):
+    """Each worker's mini-batches over the run: the epoch's split as np.array_split makes it."""
+    return [len(part) * EPOCHS for part in np.array_split(np.arange(batches), workers)]
+
+
+@pytest.mark.parametrize("processes", [3, 4, 5, 6])
+def test_every_split_ends_with_the_expected_updates(processes):
+    """M = 1..3; uneven splits, idle workers, no batches, each remedy on and off; one worker = serial."""
+    result = run_mpi(processes, "tests/async_check.py")
+    assert result.returncode == 0, result.stderr
+    runs = json.loads(result.stdout)
+    for run in runs:
+        name = json.dumps(run)
+        masters, batches = run["masters"], run["batches"]
+        workers = len(run["batches_per_worker"])
+        assert run["updates_per_master"] == [EPOCHS * batches] * masters, name
+        assert run["batches_per_worker"] == expected_batches_per_worker(batches, workers), name
+        assert run["root_holds_assembled_model"], name
+        assert run["epochs_reported"] == EPOCHS, name
+        bound = run.get("max_staleness", 3)  # 3: the default
+        if bound is not None:  # strict on master 0, which grants the pulls; with 0 on every master
+            assert run["staleness_max_per_master"][0] <= bound, name
+            assert bound > 0 or max(run["staleness_max_per_master"]) == 0, name
+        if workers == 1:  # no staleness: exactly the serial network's steps, bit for bit
+            assert max(run["staleness_max_per_master"]) == 0, name
+            assert run["difference_from_serial"] == 0.0, name
+    one_worker = [run for run in runs if len(run["batches_per_worker"]) == 1]
+    assert len(one_worker) >= 6  # at least the sub-communicator runs: M = 1 and 2, three lr rules
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_mnist_like(tmp_path_factory.mktemp("data"), train_count=300)
+
+
+def test_main_async_prints_once_from_rank_zero(tmp_path, data):
+    record = tmp_path / "run.json"
+    result = run_mpi(4, "main.py", "async", "2", "--epochs", "2", "--batches", "10", "--layers",
+                     "784,16,10", "--seed", "3", "--data-dir", data, "--json", record)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 4 and re.fullmatch(r"Epoch 2, accuracy \d+\.\d\d %\.", lines[1])
+    assert re.fullmatch(r"Time async: \d+\.\d\d", lines[2])
+    stats = json.loads(record.read_text())["statistics"]
+    assert stats["updates_per_master"] == [20, 20] and stats["batches_per_worker"] == [10, 10]
+    assert (stats["compensation"], stats["max_staleness"], stats["lr_rule"]) == (4.0, 3, "constant")
+    assert sum(stats["staleness_histogram"]) == 40
+    assert stats["shard_bounds"] == [0, 6365, 12730]  # 784*16+16+16*10+10 = 12730 halved
+
+
+def test_checkpoint_and_resume(tmp_path, data):
+    checkpoint = tmp_path / "ck.npz"
+    common = ["async", "1", "--batches", "10", "--layers", "784,16,10", "--seed", "3", "--data-dir", data]
+    first = run_mpi(3, "main.py", *common, "--epochs", "1", "--checkpoint", checkpoint)
+    assert first.returncode == 0, first.stderr
+    second = run_mpi(3, "main.py", *common, "--epochs", "2", "--resume", checkpoint)
+    assert second.returncode == 0, second.stderr
+    assert "Epoch 2," in second.stdout and "Epoch 1," not in second.stdout
+
+
+@pytest.mark.parametrize("processes, masters, exit_code", [(2, "2", 2), (3, "7", 2), (2, "0", 2)])
+def test_bad_number_of_masters_gives_one_line_quickly(data, processes, masters, exit_code):
+    start = time.monotonic()
+    result = run_mpi(processes, "main.py", "async", masters, "--data-dir", data, timeout=60)
+    assert result.returncode == exit_code
+    assert "masters" in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stdout == "" and time.monotonic() - start < 30
