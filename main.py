@@ -191,7 +191,7 @@ def agree_on_setup(comm, setup):
     if failed:
         rank, text = failed[0]
         if comm is None or comm.rank == 0:
-            where = f" (on rank {rank})" if comm is not None and comm.size > 1 else ""
+            where = f" (on rank {rank})" if len(failed) < len(problems) else ""
             print(f"main.py: error{where}: {text}", file=sys.stderr, flush=True)
         sys.exit(INPUT_ERROR_EXIT)
     return result
