@@ -68,6 +68,12 @@ def reduction(op):
     return reduce
 
 
+def prepare(send, recv, op):
+    """Check the arguments (before any message), then -> (reduce, flat input, flat output)."""
+    check_buffers(send, recv)
+    return reduction(op), flat_input(send, recv), flat_output(recv)
+
+
 def scratch(purpose, count, dtype):
     """A reusable 1-D buffer of `count` elements of `dtype` (contents undefined), cached per purpose."""
     key = (purpose, dtype)
@@ -130,9 +136,7 @@ def allreduce(send, recv, comm, op):
     binary function on arrays. Raises ValueError before communicating if the arguments do not fit.
     """
     global bytes_sent
-    check_buffers(send, recv)
-    reduce = reduction(op)
-    source, result = flat_input(send, recv), flat_output(recv)
+    reduce, source, result = prepare(send, recv, op)
     size, rank = comm.Get_size(), comm.Get_rank()
     if size == 1:
         result[...] = source

@@ -36,7 +36,7 @@ more ranks than cores a busy-polling wait would hold the core the neighbour need
 """
 import functools
 
-from my_naive_allreduce import check_buffers, flat_input, flat_output, reduction, store, wait_all
+from my_naive_allreduce import prepare, store, wait_all
 from utils import even_bounds
 
 REDUCE_SCATTER_TAG = 7302
@@ -109,9 +109,7 @@ def ringallreduce(send, recv, comm, op):
     MAX/MIN, a numpy ufunc (both reduce in place), or an associative, commutative binary function
     on arrays. Raises ValueError before communicating if the arguments do not fit.
     """
-    check_buffers(send, recv)
-    reduce = reduction(op)
-    source, result = flat_input(send, recv), flat_output(recv)
+    reduce, source, result = prepare(send, recv, op)
     size, rank = comm.Get_size(), comm.Get_rank()
     if size == 1:
         result[...] = source

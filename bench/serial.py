@@ -19,16 +19,21 @@ PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def median_per_call(run, calls, repeats):
-    """Median over `repeats` blocks of the seconds per call of `run()`, after one warm-up block."""
-    run_block = lambda: [run() for _ in range(calls)]  # noqa: E731
-    run_block()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run_block()
-        times.append((time.perf_counter() - start) / calls)
-    return sorted(times)[len(times) // 2]
+def interleaved_medians(runs, calls, repeats):
+    """Median seconds per call of each function in `runs`, timed in alternating blocks of `calls`.
+
+    Alternating the blocks exposes every function to the same background load, so their ratio
+    holds up on a shared machine; one warm-up block each first.
+    """
+    times = [[] for _ in runs]
+    for block in range(repeats + 1):
+        for run, samples in zip(runs, times):
+            start = time.perf_counter()
+            for _ in range(calls):
+                run()
+            if block:
+                samples.append((time.perf_counter() - start) / calls)
+    return [sorted(samples)[len(samples) // 2] for samples in times]
 
 
 def measure(dtype, steps, repeats, sizes, batch_size):
@@ -61,7 +66,7 @@ def measure(dtype, steps, repeats, sizes, batch_size):
             if layer > 0:
                 np.matmul(activations[layer + 1], weights[layer].T, out=deltas[layer])
 
-    return median_per_call(step, steps, repeats), median_per_call(products, steps, repeats)
+    return interleaved_medians([step, products], steps, repeats)
 
 
 def child(args):
@@ -74,7 +79,8 @@ def child(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=2000, help="steps per timed block (default 2000)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed blocks; the median is kept (default 5)")
+    parser.add_argument("--repeats", type=int, default=7,
+                        help="timed blocks of each, alternating; the median is kept (default 7)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--layers", type=lambda s: [int(n) for n in s.split(",")], default=[784, 128, 64, 10])
     parser.add_argument("--csv", default=os.path.join(PROJECT_DIR, "bench", "serial.csv"))
@@ -93,7 +99,7 @@ def main():
                        "--layers", ",".join(map(str, args.layers))]
             output = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
             rows.append(json.loads(output))
-    print(f"network {args.layers}, mini-batch {args.batch_size}, median of {args.repeats} blocks of "
+    print(f"network {args.layers}, mini-batch {args.batch_size}, median of {args.repeats} alternating blocks of "
           f"{args.steps} steps, {os.cpu_count()} cores")
     print(f"{'dtype':8} {'BLAS threads':>12} {'step (us)':>10} {'GEMM floor (us)':>16} {'step/floor':>11}")
     for row in rows:

@@ -19,19 +19,11 @@ import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 from async_network import AsynchronicNeuralNetwork  # noqa: E402
+from conftest import synthetic_digits  # noqa: E402
 from network import NeuralNetwork  # noqa: E402
 
 SIZES = [20, 12, 8, 10]
 EPOCHS = 2
-
-
-def problem(count=200):
-    """Learnable synthetic uint8 images with one-hot labels, the same on every rank."""
-    rng = np.random.default_rng(7)
-    prototypes = rng.integers(0, 256, size=(10, SIZES[0]))
-    labels = rng.integers(0, 10, size=count)
-    images = np.clip(prototypes[labels] + rng.integers(-30, 31, size=(count, SIZES[0])), 0, 255)
-    return images.astype(np.uint8), np.eye(10, dtype=np.uint8)[labels]
 
 
 def settings(batches, **extra):
@@ -71,7 +63,7 @@ def run(comm, masters, batches, data, **extra):
 
 def main():
     world = MPI.COMM_WORLD
-    data = problem()
+    data = synthetic_digits(pixels=SIZES[0])
     results = []
     for masters in range(1, min(3, world.size - 1) + 1):
         workers = world.size - masters

@@ -38,6 +38,15 @@ def run_python(script, *args, timeout=MPI_TIMEOUT, env=None):
     return run_command([sys.executable, script, *map(str, args)], timeout=timeout, env=env)
 
 
+def synthetic_digits(count=200, pixels=20, seed=7):
+    """Learnable synthetic data: noisy uint8 copies of 10 random prototypes, with one-hot labels."""
+    rng = np.random.default_rng(seed)
+    prototypes = rng.integers(0, 256, size=(10, pixels))
+    labels = rng.integers(0, 10, size=count)
+    images = np.clip(prototypes[labels] + rng.integers(-30, 31, size=(count, pixels)), 0, 255)
+    return images.astype(np.uint8), np.eye(10, dtype=np.uint8)[labels]
+
+
 def write_mnist_like(directory, train_count=120, test_count=40, seed=0, gz=True):
     """Write four small MNIST-format IDX files of learnable synthetic digits; -> directory."""
     rng = np.random.default_rng(seed)

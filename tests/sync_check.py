@@ -18,18 +18,10 @@ from mpi4py import MPI  # noqa: E402
 import my_naive_allreduce  # noqa: E402
 import sync_network  # noqa: E402
 import sync_network_collective  # noqa: E402
+from conftest import synthetic_digits  # noqa: E402
 from network import NeuralNetwork  # noqa: E402
 
 SIZES = [20, 12, 8, 10]
-
-
-def problem(count=200):
-    """Learnable synthetic uint8 images with one-hot labels, the same on every rank."""
-    rng = np.random.default_rng(7)
-    prototypes = rng.integers(0, 256, size=(10, SIZES[0]))
-    labels = rng.integers(0, 10, size=count)
-    images = np.clip(prototypes[labels] + rng.integers(-30, 31, size=(count, SIZES[0])), 0, 255)
-    return images.astype(np.uint8), np.eye(10, dtype=np.uint8)[labels]
 
 
 def trained(network, data):
@@ -48,7 +40,7 @@ def compare(comm, params, reference):
 def main():
     comm = MPI.COMM_WORLD
     batch_size, batches = int(sys.argv[1]), int(sys.argv[2])
-    data = problem()
+    data = synthetic_digits(pixels=SIZES[0])
     settings = dict(sizes=SIZES, learning_rate=0.3, mini_batch_size=batch_size,
                     number_of_batches=batches, epochs=2, seed=11)
     variants = {

@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from conftest import synthetic_digits
 from network import NeuralNetwork
 
 
@@ -71,18 +72,9 @@ def test_update_is_gradient_descent_on_the_summed_gradient():
     np.testing.assert_allclose(network.params, expected, rtol=1e-13, atol=1e-15)
 
 
-def tiny_problem(count=300, seed=0):
-    """A learnable synthetic task: 10 noisy uint8 prototypes of 20 pixels, one-hot labels."""
-    rng = np.random.default_rng(seed)
-    prototypes = rng.integers(0, 256, size=(10, 20))
-    labels = rng.integers(0, 10, size=count)
-    images = np.clip(prototypes[labels] + rng.integers(-30, 31, size=(count, 20)), 0, 255).astype(np.uint8)
-    return images, np.eye(10, dtype=np.uint8)[labels]
-
-
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_seeded_runs_are_bit_identical(dtype):
-    data = tiny_problem()
+    data = synthetic_digits(300, seed=0)
     runs = []
     for _ in range(2):
         network = NeuralNetwork([20, 16, 10], 0.5, 8, 30, 2, seed=42, dtype=dtype)
@@ -95,7 +87,7 @@ def test_seeded_runs_are_bit_identical(dtype):
 
 
 def test_float32_trains():
-    data = tiny_problem()
+    data = synthetic_digits(300, seed=0)
     network = NeuralNetwork([20, 32, 10], 0.5, 8, 100, 3, seed=0, dtype=np.float32)
     before = network.validate(data)
     network.fit(data)
@@ -118,7 +110,7 @@ def test_create_batches_draws_distinct_samples():
 
 
 def test_predict_and_validate_agree():
-    images, labels = tiny_problem(40)
+    images, labels = synthetic_digits(40, seed=0)
     network = NeuralNetwork([20, 10], seed=0)
     predicted = network.predict(images)
     assert predicted.shape == (40,)
