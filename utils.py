@@ -3,6 +3,7 @@
 Images are kept as uint8 pixel bytes (0..255 meaning [0, 1]) so that sixteen ranks on one
 laptop fit in memory; the network scales them a mini-batch at a time (see `as_inputs`).
 """
+import csv
 import gzip
 import os
 import resource
@@ -191,3 +192,12 @@ def even_bounds(count, parts):
     offsets = [part * size + min(part, extra) for part in range(parts + 1)]
     assert offsets[-1] == count, "the pieces must cover the range exactly"
     return offsets
+
+
+def write_csv(path, rows, fields=None):
+    """Write dicts as CSV rows; the columns are `fields` or every key of the rows, in first-seen order."""
+    fields = fields or list(dict.fromkeys(key for row in rows for key in row))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)

@@ -18,7 +18,6 @@ for _variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_variable] = "1"  # one BLAS thread per process, before numpy is imported
 
 import argparse  # noqa: E402
-import csv  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -26,10 +25,9 @@ import time  # noqa: E402
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_DIR)
-import numpy as np  # noqa: E402
 
 from network import NeuralNetwork  # noqa: E402
-from utils import load_mnist, mpiexec_command  # noqa: E402
+from utils import load_mnist, mpiexec_command, write_csv  # noqa: E402
 
 VARIANTS = {
     "default": {},
@@ -123,10 +121,7 @@ def main():
               f"{r['updates_per_second']:>10.0f} {r['updates_per_second'] / serial:>9.2f} "
               f"{r['staleness_mean']:>14.2f} {r['staleness_p50']:>4.0f} {r['staleness_p90']:>4.0f} "
               f"{r['staleness_max']:>4}")
-    with open(args.csv, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(args.csv, rows)
     with open(args.json, "w") as f:
         json.dump({"serial_steps_per_second": serial, "cores": os.cpu_count(), "runs": records}, f, indent=1)
 

@@ -8,7 +8,6 @@ the floor is the same step's matrix products alone (3 forward, 3 weight gradient
 input layer's delta, which back_prop skips), on preallocated arrays, measured in the same process.
 """
 import argparse
-import csv
 import json
 import os
 import subprocess
@@ -16,6 +15,9 @@ import sys
 import time
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, PROJECT_DIR)
+from utils import write_csv  # noqa: E402
+
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -39,7 +41,6 @@ def interleaved_medians(runs, calls, repeats):
 def measure(dtype, steps, repeats, sizes, batch_size):
     """-> (seconds per training step, seconds per step of its bare matrix products)."""
     import numpy as np
-    sys.path.insert(0, PROJECT_DIR)
     from network import NeuralNetwork
     from utils import load_mnist
 
@@ -105,10 +106,7 @@ def main():
     for row in rows:
         print(f"{row['dtype']:8} {row['blas_threads']:>12} {row['step_us']:10.1f} "
               f"{row['gemm_floor_us']:16.1f} {row['ratio']:11.2f}")
-    with open(args.csv, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(args.csv, rows)
     print(f"wrote {args.csv}")
 
 

@@ -8,17 +8,15 @@ the same run, and rank 0's time per step split into compute (forward, backward, 
 communication (the allreduce). More processes than cores measures contention, and says so.
 """
 import argparse
-import csv
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_DIR)
-from utils import mpiexec_command  # noqa: E402
+from utils import mpiexec_command, write_csv  # noqa: E402
 
 
 def run(processes, mode_args, epochs, seed):
@@ -84,10 +82,7 @@ def main():
         print(f"{row['run']:22} {row['processes']:>2} {row['time']:9.2f} {row['time_per_epoch']:8.3f} "
               f"{row['speed_vs_serial']:14.2f}x {compute:>15} {comm:>12} {row['steps_per_epoch']:>11} "
               f"{row['test_accuracy']:7.2f}%")
-    with open(args.csv, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(args.csv, rows)
     print(f"wrote {args.csv}")
 
 

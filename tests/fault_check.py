@@ -15,31 +15,27 @@ import network  # noqa: E402
 from utils import DataError, launcher_rank  # noqa: E402
 
 
+def fail_after(owner, name, calls):
+    """Make method `name` of class `owner` raise RuntimeError on its call number calls + 1 in this process."""
+    original, made = getattr(owner, name), []
+
+    def failing(self, *args):
+        made.append(1)
+        if len(made) > calls:
+            raise RuntimeError(f"injected fault in {name}")
+        return original(self, *args)
+    setattr(owner, name, failing)
+
+
 def inject(fault):
     """Patch the project so that `fault` happens in this process."""
     if fault == "fit":
-        forward_prop, calls = network.NeuralNetwork.forward_prop, []
-
-        def failing_forward_prop(self, x):
-            calls.append(1)
-            if len(calls) > 5:
-                raise RuntimeError("injected fault in forward_prop")
-            return forward_prop(self, x)
-        network.NeuralNetwork.forward_prop = failing_forward_prop
+        fail_after(network.NeuralNetwork, "forward_prop", 5)
     elif fault == "master":
         import async_network
-        apply_gradient, calls = async_network.AsynchronicNeuralNetwork.apply_gradient, []
-
-        def failing_apply_gradient(self, worker):
-            calls.append(1)
-            if len(calls) > 5:
-                raise RuntimeError("injected fault in apply_gradient")
-            return apply_gradient(self, worker)
-        async_network.AsynchronicNeuralNetwork.apply_gradient = failing_apply_gradient
+        fail_after(async_network.AsynchronicNeuralNetwork, "apply_gradient", 5)
     elif fault == "evaluate":
-        def failing_validate(self, data):
-            raise RuntimeError("injected fault in validate")
-        network.NeuralNetwork.validate = failing_validate
+        fail_after(network.NeuralNetwork, "validate", 0)
     elif fault == "data":
         def missing_data(data_dir=None):
             raise DataError("data/mnist/train-images-idx3-ubyte(.gz): file not found")
