@@ -1427,8 +1427,14 @@ def plain_step_sentences(results, plain):
     if gone:
         text += f". It diverged with {join_words(sorted({str(e['workers']) for e in gone}, key=int))} workers"
         kept = [e for e in plain if e not in gone]
-        if kept:
-            text += f" and learned with {join_words(sorted({str(e['workers']) for e in kept}, key=int))}"
+        serial = results.serial["test_accuracy"] if results.serial else None
+        short = [e for e in kept if serial is not None and e["test_accuracy"] < serial - 5]
+        learned = [e for e in kept if e not in short]
+        if learned:
+            text += f" and learned with {join_words(sorted({str(e['workers']) for e in learned}, key=int))}"
+        if short:
+            text += "; " + join_words(f"with {e['workers']} workers it ended far below serial "
+                                      f"({percent(e['test_accuracy'])})" for e in short)
     else:
         text += f". None of these diverged, up to {workers(max(e['workers'] for e in plain))}"
     return [text + "."]
