@@ -32,6 +32,8 @@ the same stale point overshoot, the sigmoid units saturate and never recover. Tw
   all masters grant alike and cannot deadlock one another. s = 0: one worker at a time, each
   gradient computed on the current model, i.e. serial SGD.
 """
+__all__ = ["AsynchronicNeuralNetwork"]
+
 import secrets
 import time
 
@@ -39,7 +41,7 @@ import numpy as np
 from mpi4py import MPI
 
 from network import NeuralNetwork
-from utils import even_bounds
+from utils import even_bounds, start_mpi
 
 GRAD_TAG = 1      # worker -> master: the gradient slice of the master's shard
 PARAM_TAG = 2     # master -> worker: the fresh shard
@@ -71,7 +73,7 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
                  epochs=10, number_of_masters=1, matmul=np.matmul, seed=None, dtype=np.float64,
                  compensation=DEFAULT_COMPENSATION, max_staleness=DEFAULT_MAX_STALENESS,
                  lr_rule="constant", comm=None):
-        self.comm = comm if comm is not None else MPI.COMM_WORLD
+        self.comm = comm if comm is not None else start_mpi().COMM_WORLD
         self.rank, self.size = self.comm.rank, self.comm.size
         self.masters = int(number_of_masters)
         if not 1 <= self.masters < self.size:  # checked alike on every rank, before any message
@@ -152,10 +154,16 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
     # ------------------------------------------------------------------ training
 
     def fit(self, training_data, validation_data=None, **options):
-        """Train as NeuralNetwork.fit does; at the end rank 0 holds the whole model and the figures."""
+        """Train as NeuralNetwork.fit does; at the end every rank holds rank 0's whole model.
+
+        Rank 0 assembles the masters' shards after every epoch; one broadcast of the flat buffer
+        then gives every rank that model, so validate() agrees on every rank (callers such as the
+        course's main.py print it on all of them).
+        """
         super().fit(training_data, validation_data, **options)
         if self.is_master:
             MPI.Request.Waitall(self.reply_requests)
+        self.comm.Bcast(self.params, root=0)
         self.gather_statistics()
 
     def train_epoch(self, data, labels):

@@ -11,6 +11,8 @@ the ring sends under 2n per process whatever p is (see my_ring_allreduce.py).
 The contract helpers shared with the ring (argument checks, the op as an in-place reduction,
 flat views and cached scratch buffers) live here too.
 """
+__all__ = ["allreduce"]
+
 import os
 import time
 

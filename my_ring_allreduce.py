@@ -34,6 +34,8 @@ receive before its send and waits only for the receive, so a rank depends on its
 alone; sends are completed at the end of the phase. Waiting yields the core (see wait_all): with
 more ranks than cores a busy-polling wait would hold the core the neighbour needs.
 """
+__all__ = ["ringallreduce"]
+
 import functools
 
 from my_naive_allreduce import prepare, store, wait_all

@@ -6,12 +6,14 @@ Every weight and bias is a view into one flat parameter buffer `params` (and eve
 view into `grads`), so the distributed versions move all parameters with one call and a
 parameter-server shard is a slice.
 """
+__all__ = ["NeuralNetwork"]
+
 import json
 import os
 
 import numpy as np
 
-from utils import as_inputs, init_parameters, sigmoid, sigmoid_prime_from_activation
+from utils import as_inputs, as_targets, init_parameters, sigmoid, sigmoid_prime_from_activation
 
 EVALUATION_CHUNK = 2000  # rows converted to floats at a time when evaluating (bounds memory)
 
@@ -104,7 +106,7 @@ class NeuralNetwork:
         on a few numbers, instead of to every gradient entry afterwards.
         """
         a = self.activations
-        delta = (a[-1] - y) * sigmoid_prime_from_activation(a[-1])
+        delta = (a[-1] - as_targets(y, self.dtype)) * sigmoid_prime_from_activation(a[-1])
         if scale != 1.0:
             delta *= scale
         for layer in reversed(range(len(self.weights))):

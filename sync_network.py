@@ -6,6 +6,8 @@ so all ranks hold bit-identical parameters after every step.
 
     mpiexec -n 4 python3 main.py sync [--allreduce ring|naive|mpi] [--scaling strong|weak]
 """
+__all__ = ["SynchronicNeuralNetwork"]
+
 import math
 import secrets
 import time
@@ -15,7 +17,7 @@ from mpi4py import MPI
 
 from my_ring_allreduce import ringallreduce
 from network import NeuralNetwork
-from utils import even_bounds
+from utils import even_bounds, start_mpi
 
 WEAK_STEP_GROWTH_CAP = 2  # weak scaling: the summed-gradient step may grow at most this much
 
@@ -39,7 +41,7 @@ class SynchronicNeuralNetwork(NeuralNetwork):
                  allreduce=ringallreduce, comm=None):
         if scaling not in ("strong", "weak"):
             raise ValueError(f"scaling must be 'strong' or 'weak', got {scaling!r}")
-        self.comm = comm if comm is not None else MPI.COMM_WORLD
+        self.comm = comm if comm is not None else start_mpi().COMM_WORLD
         # Every rank must start from the same parameters and draw the same mini-batches.
         seed = self.comm.bcast(seed if seed is not None else secrets.randbits(32), root=0)
         super().__init__(sizes, learning_rate, mini_batch_size, number_of_batches, epochs, matmul,

@@ -4,6 +4,8 @@ The training loop is sync_network's; only the allreduce that sums the gradients 
 
     mpiexec -n 4 python3 main.py sync --allreduce mpi
 """
+__all__ = ["SynchronicNeuralNetwork", "mpi_allreduce"]
+
 import sync_network
 
 

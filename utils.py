@@ -3,6 +3,11 @@
 Images are kept as uint8 pixel bytes (0..255 meaning [0, 1]) so that sixteen ranks on one
 laptop fit in memory; the network scales them a mini-batch at a time (see `as_inputs`).
 """
+__all__ = ["DataError", "sigmoid", "sigmoid_prime_from_activation", "init_parameters",
+           "as_inputs", "as_targets", "one_hot", "load_mnist", "read_idx", "write_idx", "even_bounds",
+           "start_mpi", "launcher_rank", "peak_rss_mb", "mpiexec_command", "write_csv"]
+
+import atexit
 import csv
 import gzip
 import os
@@ -62,6 +67,12 @@ def as_inputs(x, dtype):
     if np.issubdtype(x.dtype, np.integer):
         return np.multiply(x, 1 / 255, dtype=dtype)
     return np.asarray(x, dtype=dtype)
+
+
+def as_targets(y, dtype):
+    """One-hot targets in `dtype` (uint8 or float labels alike), so float64 labels never upcast a
+    float32 network's arithmetic."""
+    return np.asarray(y, dtype=dtype)
 
 
 def one_hot(labels, classes=NUMBER_OF_CLASSES):
@@ -167,6 +178,21 @@ def launcher_rank():
         if variable in os.environ:
             return int(os.environ[variable])
     return 0
+
+
+def start_mpi():
+    """-> mpi4py's MPI module, started: by the caller (automatically, or mpi4py.rc(initialize=False)
+    and then MPI.Init()), else here, so the classes work whoever is meant to start MPI.
+
+    If we start it, we also finalize it at exit, unless the caller has done so first.
+    """
+    from mpi4py import MPI
+    if MPI.Is_finalized():
+        raise RuntimeError("MPI has been finalized already; build and train the network before MPI.Finalize()")
+    if not MPI.Is_initialized():
+        MPI.Init_thread(MPI.THREAD_MULTIPLE)  # the level mpi4py asks for when it starts MPI itself
+        atexit.register(lambda: MPI.Is_finalized() or MPI.Finalize())
+    return MPI
 
 
 def peak_rss_mb():
