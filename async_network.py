@@ -42,6 +42,7 @@ from mpi4py import MPI
 
 from network import NeuralNetwork
 from utils import even_bounds, start_mpi
+from waiting import Waiter
 
 GRAD_TAG = 1      # worker -> master: the gradient slice of the master's shard
 PARAM_TAG = 2     # master -> worker: the fresh shard
@@ -67,12 +68,13 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
     The defaults are what kept the course's experiment above 90 % for 2 to 12 workers (README).
     lr_rule: factor on a gradient of staleness tau: "constant" 1, "staleness" 1 / (1 + tau),
     "workers" 1 / W. With one worker every setting gives exactly the serial network's steps.
+    wait: how ranks wait for messages, "spin", "yield" or "auto" (see waiting.py).
     """
 
     def __init__(self, sizes=(), learning_rate=1.0, mini_batch_size=16, number_of_batches=16,
                  epochs=10, number_of_masters=1, matmul=np.matmul, seed=None, dtype=np.float64,
                  compensation=DEFAULT_COMPENSATION, max_staleness=DEFAULT_MAX_STALENESS,
-                 lr_rule="constant", comm=None):
+                 lr_rule="constant", comm=None, wait="auto"):
         self.comm = comm if comm is not None else start_mpi().COMM_WORLD
         self.rank, self.size = self.comm.rank, self.comm.size
         self.masters = int(number_of_masters)
@@ -86,6 +88,7 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
         if not compensation >= 0:
             raise ValueError(f"compensation must be >= 0, got {compensation}")
         seed = self.comm.bcast(seed if seed is not None else secrets.randbits(32), root=0)
+        self.waiter = Waiter(self.comm, wait)
         super().__init__(sizes, learning_rate, mini_batch_size, number_of_batches, epochs, matmul,
                          seed, dtype)
         # Roles and the division of labour, decided once.

@@ -108,10 +108,20 @@ def parse_args(argv=None):
     sync.add_argument("--scaling", choices=["strong", "weak"], default="strong",
                       help="strong: split each mini-batch over the ranks (Amdahl); weak: a whole "
                            "mini-batch per rank, fewer steps per epoch (Gustafson) (default strong)")
+    add_wait_argument(sync)
     asynchronous = modes.add_parser("async", parents=[common], help="asynchronous parameter server")
+    add_wait_argument(asynchronous)
     asynchronous.add_argument("masters", type=bounded(int, 1), help="number of master processes")
     add_async_arguments(asynchronous)
     return parser.parse_args(argv)
+
+
+def add_wait_argument(parser):
+    """--wait: how a rank waits for messages (waiting.py)."""
+    parser.add_argument("--wait", choices=["spin", "yield", "auto"], default="auto",
+                        help="spin: MPI's busy-polling waits (fastest with a core per process); "
+                             "yield: give the core away while waiting (for more processes than "
+                             "cores); auto: spin unless this node has more ranks than cores (default)")
 
 
 def add_async_arguments(parser):
@@ -147,20 +157,22 @@ def build_network(args, seed):
         from async_network import AsynchronicNeuralNetwork
         return AsynchronicNeuralNetwork(**settings, number_of_masters=args.masters,
                                         compensation=args.compensation,
-                                        max_staleness=args.max_staleness, lr_rule=args.lr_rule)
+                                        max_staleness=args.max_staleness, lr_rule=args.lr_rule,
+                                        wait=args.wait)
     raise NotImplementedError(f"mode {args.mode} is not available yet")
 
 
 def build_sync_network(args, settings):
     """SynchronicNeuralNetwork over the allreduce the user chose (ring, naive or MPI's)."""
+    settings.update(scaling=args.scaling, wait=args.wait)
     if args.allreduce == "mpi":
         from sync_network_collective import SynchronicNeuralNetwork
-        return SynchronicNeuralNetwork(**settings, scaling=args.scaling)
+        return SynchronicNeuralNetwork(**settings)
     from sync_network import SynchronicNeuralNetwork
     if args.allreduce == "naive":
         from my_naive_allreduce import allreduce
-        return SynchronicNeuralNetwork(**settings, scaling=args.scaling, allreduce=allreduce)
-    return SynchronicNeuralNetwork(**settings, scaling=args.scaling)
+        return SynchronicNeuralNetwork(**settings, allreduce=allreduce)
+    return SynchronicNeuralNetwork(**settings)
 
 
 def choose_seed(args, comm):

@@ -3,7 +3,7 @@
     allreduce(send, recv, comm, op)
 
 Each process posts p - 1 receives into a reusable buffer, sends its array to the p - 1 others,
-waits for everything (wait_all: a Waitall that yields the core), then reduces the p arrays in
+waits for everything (by the communicator's wait policy, see waiting.py), then reduces the p arrays in
 rank order x0 op x1 op ... op x(p-1). Every rank evaluates that same expression on the same bits,
 so every rank ends with the same bits. Each process sends (p - 1)n elements, p(p - 1)n in total;
 the ring sends under 2n per process whatever p is (see my_ring_allreduce.py).
@@ -13,14 +13,12 @@ flat views and cached scratch buffers) live here too.
 """
 __all__ = ["allreduce"]
 
-import os
-import time
-
 import numpy as np
 from mpi4py import MPI
 
+from waiting import waiter_for
+
 NAIVE_TAG = 7301
-YIELDING_TESTS = 20  # tests, each followed by a yield of the core, before waiting turns to naps
 
 # MPI's built-in ops as numpy ufuncs, so a reduction can write into its output (out=).
 MPI_UFUNCS = ((MPI.SUM, np.add), (MPI.PROD, np.multiply), (MPI.MAX, np.maximum), (MPI.MIN, np.minimum))
@@ -104,23 +102,6 @@ def flat_output(recv):
     return scratch("output", recv.size, recv.dtype.newbyteorder("="))
 
 
-def wait_all(requests):
-    """Complete `requests` like MPI's Waitall, but leave the core to others while waiting.
-
-    Waitall busy-polls. With more ranks than cores (4 on 2 here) the rank we wait for may need
-    this very core, so: test, yield the core, and after YIELDING_TESTS tries nap between tests
-    (time.sleep(0) sleeps for the kernel's timer slack, about 50 us). With a core per rank the
-    message usually arrives during the yielding tests, which cost about a microsecond each.
-    """
-    test_all, yield_core = MPI.Request.Testall, os.sched_yield
-    for _ in range(YIELDING_TESTS):
-        if test_all(requests):
-            return
-        yield_core()
-    while not test_all(requests):
-        time.sleep(0)
-
-
 def store(result, recv):
     """Copy the result into recv unless it was built there already (recv is never rebound)."""
     if not np.may_share_memory(result, recv):
@@ -150,7 +131,7 @@ def allreduce(send, recv, comm, op):
     requests = [comm.Irecv(row, source=r, tag=NAIVE_TAG) for r, row in zip(others, received)]
     requests += [comm.Isend(source, dest=r, tag=NAIVE_TAG) for r in others]
     bytes_sent += len(others) * source.nbytes
-    wait_all(requests)
+    waiter_for(comm).all(requests, ("allreduce", 0, None))
     # Rank order, the same expression everywhere: ((x0 op x1) op x2) ...
     rows = list(received)
     rows.insert(rank, source)

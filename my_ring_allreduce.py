@@ -31,15 +31,17 @@ Speed: with MPI's ops or a ufunc no array is allocated or copied on the contiguo
 first step sends straight from send, every partial sum is received into its place in recv and
 reduced there in place (out=), and the allgather receives into recv too. Each step posts its
 receive before its send and waits only for the receive, so a rank depends on its left neighbour
-alone; sends are completed at the end of the phase. Waiting yields the core (see wait_all): with
-more ranks than cores a busy-polling wait would hold the core the neighbour needs.
+alone; sends are completed at the end of the phase. How a rank waits is the communicator's wait
+policy (waiting.py): MPI's busy-polling wait with a core per rank, yielding the core when ranks
+outnumber the cores, where a spinning wait would hold the core the neighbour needs.
 """
 __all__ = ["ringallreduce"]
 
 import functools
 
-from my_naive_allreduce import prepare, store, wait_all
+from my_naive_allreduce import prepare, store
 from utils import even_bounds
+from waiting import waiter_for
 
 REDUCE_SCATTER_TAG = 7302
 ALLGATHER_TAG = 7303
@@ -69,7 +71,7 @@ def ring_schedule(count, size, rank):
     return reduce_scatter_steps, allgather_steps
 
 
-def reduce_scatter(source, result, comm, send_to, recv_from, steps, reduce):
+def reduce_scatter(source, result, comm, send_to, recv_from, steps, reduce, waiter):
     """Leave this rank's chunk of `result` reduced over all ranks (the other chunks partial).
 
     The partial sum of a chunk arrives in its place in `result`, is reduced there with this rank's
@@ -78,28 +80,28 @@ def reduce_scatter(source, result, comm, send_to, recv_from, steps, reduce):
     """
     global bytes_sent
     outgoing, sends = source, []
-    for send_chunk, recv_chunk in steps:
+    for step, (send_chunk, recv_chunk) in enumerate(steps):
         partial, message = result[recv_chunk], outgoing[send_chunk]
         receive = comm.Irecv(partial, recv_from, REDUCE_SCATTER_TAG)
         sends.append(comm.Isend(message, send_to, REDUCE_SCATTER_TAG))
         bytes_sent += message.nbytes
-        wait_all([receive])
+        waiter.all([receive], ("reduce_scatter", step, recv_from))
         reduce(partial, source[recv_chunk], out=partial)
         outgoing = result
-    wait_all(sends)  # the allgather overwrites chunks sent here
+    waiter.all(sends, ("reduce_scatter", len(steps), send_to))  # the allgather overwrites them
 
 
-def allgather(result, comm, send_to, recv_from, steps):
+def allgather(result, comm, send_to, recv_from, steps, waiter):
     """Pass the reduced chunks around the ring until every rank holds all of `result`."""
     global bytes_sent
     sends = []
-    for send_chunk, recv_chunk in steps:
+    for step, (send_chunk, recv_chunk) in enumerate(steps):
         message = result[send_chunk]
         receive = comm.Irecv(result[recv_chunk], recv_from, ALLGATHER_TAG)
         sends.append(comm.Isend(message, send_to, ALLGATHER_TAG))
         bytes_sent += message.nbytes
-        wait_all([receive])
-    wait_all(sends)
+        waiter.all([receive], ("allgather", step, recv_from))
+    waiter.all(sends, ("allgather", len(steps), send_to))
 
 
 def ringallreduce(send, recv, comm, op):
@@ -118,6 +120,7 @@ def ringallreduce(send, recv, comm, op):
     else:
         send_to, recv_from = (rank + 1) % size, (rank - 1) % size
         reduce_scatter_steps, allgather_steps = ring_schedule(source.size, size, rank)
-        reduce_scatter(source, result, comm, send_to, recv_from, reduce_scatter_steps, reduce)
-        allgather(result, comm, send_to, recv_from, allgather_steps)
+        waiter = waiter_for(comm)
+        reduce_scatter(source, result, comm, send_to, recv_from, reduce_scatter_steps, reduce, waiter)
+        allgather(result, comm, send_to, recv_from, allgather_steps, waiter)
     store(result, recv)

@@ -18,6 +18,7 @@ from mpi4py import MPI
 from my_ring_allreduce import ringallreduce
 from network import NeuralNetwork
 from utils import even_bounds, start_mpi
+from waiting import Waiter
 
 WEAK_STEP_GROWTH_CAP = 2  # weak scaling: the summed-gradient step may grow at most this much
 
@@ -34,11 +35,12 @@ class SynchronicNeuralNetwork(NeuralNetwork):
     linear scaling rule); that diverged here from p = 4 on, so the growth is capped at twofold:
     the weak step uses learning_rate * min(1, 2 / p) (measurements in the README).
     allreduce(send, recv, comm, op): the function that sums the gradients (ringallreduce by default).
+    wait: how ranks wait for messages, "spin", "yield" or "auto" (see waiting.py).
     """
 
     def __init__(self, sizes=(), learning_rate=1.0, mini_batch_size=16, number_of_batches=16,
                  epochs=10, matmul=np.matmul, seed=None, dtype=np.float64, scaling="strong",
-                 allreduce=ringallreduce, comm=None):
+                 allreduce=ringallreduce, comm=None, wait="auto"):
         if scaling not in ("strong", "weak"):
             raise ValueError(f"scaling must be 'strong' or 'weak', got {scaling!r}")
         self.comm = comm if comm is not None else start_mpi().COMM_WORLD
@@ -47,6 +49,7 @@ class SynchronicNeuralNetwork(NeuralNetwork):
         super().__init__(sizes, learning_rate, mini_batch_size, number_of_batches, epochs, matmul,
                          seed, dtype)
         self.comm.Bcast(self.params, root=0)
+        self.waiter = Waiter(self.comm, wait)  # every wait of the allreduce on comm follows it
         self.rank, self.size = self.comm.rank, self.comm.size
         self.is_root = self.rank == 0
         self.scaling = scaling
@@ -96,5 +99,6 @@ class SynchronicNeuralNetwork(NeuralNetwork):
 
     def statistics(self):
         """Rank 0's step count and time split into compute and communication, for --json."""
-        return {"scaling": self.scaling, "steps": self.steps, "step_size": self.step_size,
+        return {"scaling": self.scaling, "wait_policy": self.waiter.policy,
+                "steps": self.steps, "step_size": self.step_size,
                 "compute_time": self.compute_time, "communication_time": self.communication_time}
