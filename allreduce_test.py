@@ -25,6 +25,7 @@ from mpi4py import MPI  # noqa: E402
 import my_naive_allreduce  # noqa: E402
 import my_ring_allreduce  # noqa: E402
 from my_ring_allreduce import segment_ends  # noqa: E402
+from waiting import WAIT_POLICIES, Waiter  # noqa: E402
 
 DTYPES = ("float64", "float32", "int64", "int32")
 INPUT_ERROR_EXIT = 2
@@ -95,6 +96,10 @@ def parse_arguments():
                         help="untimed calls per size and algorithm first (default 3)")
     parser.add_argument("--dtype", choices=DTYPES, default="float64", help="element type (default float64)")
     parser.add_argument("--csv", metavar="PATH", help="also write the rows to this CSV file")
+    parser.add_argument("--wait", choices=WAIT_POLICIES, default="auto",
+                        help="how naive and ring wait for messages: spin, yield or auto (default; "
+                             "spin unless the node has more ranks than cores); MPI's Allreduce is "
+                             "always the library's own blocking call")
     return parser.parse_args()
 
 
@@ -216,10 +221,11 @@ def yes(flag):
     return "yes" if flag else "NO"
 
 
-def print_tables(rows, dtype, repeats, warmup):
+def print_tables(rows, dtype, repeats, warmup, policy):
     """Rank 0: the timing table, then the elements-sent table."""
     print(f"allreduce (MPI.SUM) of {dtype} arrays over {processes} processes: median of {repeats} "
-          f"repetitions, each the slowest rank's time, after {warmup} warm-up calls")
+          f"repetitions, each the slowest rank's time, after {warmup} warm-up calls; naive and "
+          f"ring wait by the {policy!r} policy")
     print(f"{'elements':>17} {'naive ms':>10} {'ring ms':>10} {'MPI ms':>10} {'ring/MPI':>9} "
           f"{'naive/ring':>11} {'naive=MPI':>10} {'ring=MPI':>9} {'same bits':>10}")
     for row in rows:
@@ -269,9 +275,10 @@ def main():
     problem = comm.bcast(csv_problem(arguments.csv) if is_root else None, root=0)
     if problem:
         fail(problem)
+    policy = Waiter(comm, arguments.wait).policy  # the allreduces find it by the communicator
     rows = [measure(size, arguments.dtype, arguments.repeats, arguments.warmup) for size in arguments.sizes]
     if is_root:
-        print_tables(rows, arguments.dtype, arguments.repeats, arguments.warmup)
+        print_tables(rows, arguments.dtype, arguments.repeats, arguments.warmup, policy)
         if arguments.csv:
             write_csv(arguments.csv, rows)
     checks = ("naive_equals_mpi", "ring_equals_mpi", "naive_same_bits", "ring_same_bits",

@@ -7,7 +7,7 @@ The flat parameter vector is cut into M contiguous shards balanced by parameter 
 layer: the 784x128 layer holds 92 % of the parameters). Every worker talks to every master:
 
     worker w                                     master m (owns params[lo_m:hi_m])
-    pull_parameters: Irecv shard m  <------.     Waitany on one pre-posted Irecv per worker
+    pull_parameters: Irecv shard m  <------.     wait for any of one pre-posted Irecv per worker
     forward_prop, back_prop                |     ...the gradient of worker w arrives (GRAD_TAG):
     push_gradients:  Isend grads[lo_m:hi_m] --->  apply_gradient: shard -= step(gradient)
     (the next pull is posted before the push) '-- send_parameters: Isend a copy of the shard (PARAM_TAG)
@@ -165,7 +165,7 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
         """
         super().fit(training_data, validation_data, **options)
         if self.is_master:
-            MPI.Request.Waitall(self.reply_requests)
+            self.waiter.all(self.reply_requests, ("send_parameters", self.version, None))
         self.comm.Bcast(self.params, root=0)
         self.gather_statistics()
 
@@ -188,7 +188,7 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
         """This worker's share of the epoch: pull; then per mini-batch gradient, push, pull."""
         batches = self.quota[self.worker]
         if batches:
-            self.exchange(self.pull_parameters())
+            self.exchange(self.pull_parameters(), "pull_parameters")
         for batch in range(batches):
             start = time.perf_counter()
             chosen = self.rng.choice(len(data), self.mini_batch_size, replace=False)
@@ -196,13 +196,13 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
             self.back_prop(labels[chosen], scale=self.learning_rate)
             self.compute_time += time.perf_counter() - start
             pulls = self.pull_parameters() if batch < batches - 1 else []  # posted before the push
-            self.exchange(pulls + self.push_gradients())
+            self.exchange(pulls + self.push_gradients(), "push_gradients")
             self.batches_done += 1
 
-    def exchange(self, requests):
+    def exchange(self, requests, phase):
         """Wait for this worker's sends and receives; the time counts as waiting."""
         start = time.perf_counter()
-        MPI.Request.Waitall(requests)
+        self.waiter.all(requests, (phase, self.batches_done, None))
         self.wait_time += time.perf_counter() - start
 
     def push_gradients(self):
@@ -220,7 +220,7 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
     def serve_epoch(self):
         """Apply exactly number_of_batches gradients, each from whichever worker is ready first.
 
-        Waitany blocks in MPI on the pre-posted receives (no Python polling loop). Every worker
+        The master waits on the pre-posted receives by the wait policy (waiting.py). Every worker
         with mini-batches starts the epoch wanting a pull; a master that follows master 0's
         grants also waits for one grant per pull. Nothing is left posted at the end.
         """
@@ -235,7 +235,8 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
         self.release_waiting_workers()
         while updates < self.number_of_batches or grants_received < grants_expected:
             start = time.perf_counter()
-            index = MPI.Request.Waitany(self.grad_requests + [self.grant_request])
+            index = self.waiter.any(self.grad_requests + [self.grant_request],
+                                    ("wait_gradient", updates, None))
             self.idle_time += time.perf_counter() - start
             assert index != MPI.UNDEFINED, "a receive is posted for every gradient still to come"
             if index == self.workers:  # a grant from master 0
@@ -252,7 +253,7 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
                 updates += 1
             self.release_waiting_workers()
         assert not self.waiting, "every pull of the epoch must have been served"
-        MPI.Request.Waitall(self.grant_sends)
+        self.waiter.all(self.grant_sends, ("send_grants", updates, None))
         self.grant_sends = []
         self.send_snapshot()
 
@@ -328,7 +329,7 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
 
     def send_parameters(self, worker):
         """Isend `worker` a copy of the shard (the shard itself changes with the next update)."""
-        self.reply_requests[worker].Wait()  # its previous reply, long delivered
+        self.waiter.all([self.reply_requests[worker]], ("send_parameters", self.version, worker))
         self.reply_buffers[worker] = self.params[self.shard]
         self.reply_requests[worker] = self.comm.Isend(
             self.reply_buffers[worker], dest=self.masters + worker, tag=PARAM_TAG)
@@ -347,9 +348,10 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
         if self.is_root:
             requests = [self.comm.Irecv(self.params[shard], source=master, tag=SNAPSHOT_TAG)
                         for master, shard in enumerate(self.shards) if master != 0]
-            MPI.Request.Waitall(requests)
+            self.waiter.all(requests, ("snapshot", self.epoch, None))
         else:
-            self.comm.Isend(self.params[self.shard], dest=0, tag=SNAPSHOT_TAG).Wait()
+            request = self.comm.Isend(self.params[self.shard], dest=0, tag=SNAPSHOT_TAG)
+            self.waiter.all([request], ("snapshot", self.epoch, 0))
 
     # ------------------------------------------------------------------ figures
 
