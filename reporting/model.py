@@ -1,0 +1,159 @@
+"""The per-step cost model: T(P) = T_compute(rows per rank) + T_exchange(P, elements) + T_evaluate / steps.
+
+T_compute is measured in this process on the report's network with one BLAS thread (measure_compute), per
+row count, because it is far from proportional to the rows: the products with the 784x128 layer stream the
+whole matrix and write its whole gradient whatever the number of rows. T_exchange is each algorithm's
+alpha-beta form (latency alpha per message round, beta per element moved) with alpha and beta fitted to
+allreduce_test.py's times. Everything predicted here is for one core per process.
+"""
+__all__ = ["measure_compute", "fit_exchange", "exchange_time", "CostModel", "FORMS", "COMPUTE_ROWS"]
+
+import math
+import time
+
+import numpy as np
+
+COMPUTE_ROWS = list(range(1, 17)) + [32, 64, 128, 256]  # up to 16P rows: weak scaling's and factors' batches
+# t = a(P) * alpha + b(P) * n * beta for n elements (allgather: n = all ranks' elements together).
+# MPI: MPICH's Allreduce for arrays this large is Rabenseifner's reduce-scatter by recursive halving then
+# allgather by recursive doubling: 2 log2(P) message rounds moving 2(P - 1)/P of the array.
+FORMS = {"ring": lambda p: (2 * (p - 1), 2 * (p - 1) / p),
+         "naive": lambda p: (p - 1, p - 1),
+         "mpi": lambda p: (2 * math.ceil(math.log2(p)), 2 * (p - 1) / p),
+         "allgather": lambda p: (p - 1, (p - 1) / p)}
+COLUMNS = {"ring": "ring_s", "naive": "naive_s", "mpi": "mpi_s"}
+
+
+def median_seconds(call, repeats, warmup=10):
+    """Median wall time of `call()` over `repeats` timed calls after `warmup` untimed ones."""
+    for _ in range(warmup):
+        call()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - start)
+    return float(np.median(samples))
+
+
+def measure_compute(layers, repeats, validation_rows, rows=COMPUTE_ROWS):
+    """-> compute.csv rows: a training step (forward, backward, update) and a forward pass per row count,
+    and one evaluation of `validation_rows` images. Random pixels: the time does not depend on the values."""
+    from network import NeuralNetwork
+    rng = np.random.default_rng(0)
+    network = NeuralNetwork(layers, 1e-9, seed=0)  # a tiny step keeps the parameters, hence the work, put
+    measured = []
+    for count in rows:
+        x = rng.integers(0, 256, (count, layers[0]), dtype=np.uint8)
+        y = np.eye(layers[-1])[rng.integers(0, layers[-1], count)]
+        measured += [{"kind": "step", "rows": count,
+                      "seconds": median_seconds(lambda: network.update_mini_batch(x, y), repeats)},
+                     {"kind": "forward", "rows": count,
+                      "seconds": median_seconds(lambda: network.forward_prop(x), repeats)}]
+    images = rng.integers(0, 256, (validation_rows, layers[0]), dtype=np.uint8)
+    seconds = median_seconds(lambda: network.predict(images), max(3, repeats // 40), warmup=1)
+    return measured + [{"kind": "evaluate", "rows": validation_rows, "seconds": seconds}]
+
+
+def least_squares(name, points):
+    """(alpha, beta) >= 0 minimising the relative error of FORMS[name] over (P, n, seconds) points."""
+    design = np.array([[FORMS[name](p)[0], FORMS[name](p)[1] * n] for p, n, _ in points], dtype=float)
+    weighted = design / np.array([t for *_, t in points])[:, None]  # small arrays count as much as large
+    ones = np.ones(len(points))
+    alpha, beta = np.linalg.lstsq(weighted, ones, rcond=None)[0]
+    if alpha < 0 or beta < 0:  # a negative cost is no cost: keep the other constant alone
+        keep = 1 if alpha < 0 else 0
+        value = float(np.linalg.lstsq(weighted[:, [keep]], ones, rcond=None)[0][0])
+        alpha, beta = (0.0, value) if keep else (value, 0.0)
+    return float(alpha), float(beta)
+
+
+def fit_exchange(rows, cores):
+    """{algorithm: (alpha s, beta s/element)} from allreduce.csv rows with one core per process (all rows
+    if there are none). The ring allgather takes the ring's constants: it is the ring allreduce's second half."""
+    fair = [r for r in rows if 1 < r["processes"] <= cores] or rows
+    fits = {}
+    for name, column in COLUMNS.items():
+        points = [(r["processes"], r["size"], r[column]) for r in fair if r.get(column)]
+        if points:
+            fits[name] = least_squares(name, points)
+    if "ring" in fits:
+        fits["allgather"] = fits["ring"]
+    return fits
+
+
+def exchange_time(fits, name, p, elements):
+    """Seconds of one exchange over p processes by the fitted form, None without constants."""
+    if p == 1:
+        return 0.0
+    if name not in fits:
+        return None
+    (a, b), (alpha, beta) = FORMS[name](p), fits[name]
+    return a * alpha + b * elements * beta
+
+
+class CostModel:
+    """Per-step and per-run times of serial and sync training from the measured constants."""
+
+    def __init__(self, compute_rows, fits, settings, cores):
+        table = lambda kind: sorted((r["rows"], r["seconds"]) for r in compute_rows if r["kind"] == kind)  # noqa
+        self.steps, self.forwards, self.fits, self.cores = table("step"), table("forward"), fits, cores
+        evaluation = table("evaluate")
+        self.evaluation = evaluation[-1][1] if evaluation else 0.0  # one whole validation pass
+        self.layers, self.batch, self.batches = settings["layers"], settings["batch_size"], settings["batches"]
+        self.parameters = sum(i * o + o for i, o in zip(self.layers[:-1], self.layers[1:]))
+        self.factor_row = sum(self.layers[:-1]) + sum(self.layers[1:])  # a layer's input row and delta row
+
+    @property
+    def ready(self):
+        return bool(self.steps) and "ring" in self.fits
+
+    @staticmethod
+    def interpolate(table, rows):
+        """Measured seconds at `rows`: linear between measured counts, extended from the last two beyond."""
+        xs, ys = zip(*table)
+        if rows <= xs[-1] or len(xs) == 1:
+            return float(np.interp(rows, xs, ys))
+        return ys[-1] + (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (rows - xs[-1])
+
+    def compute(self, rows, kind="step"):
+        return self.interpolate(self.steps if kind == "step" else self.forwards, rows)
+
+    def step(self, p, exchange="gradients", allreduce="ring", scaling="strong"):
+        """(compute, exchange) seconds of one step on the slowest rank, one core per process."""
+        rows = self.batch * (p if scaling == "weak" else 1)
+        mine = math.ceil(rows / p)  # even_bounds: the first ranks take one row more
+        if exchange == "factors":  # forward on my rows; every rank forms the whole batch's weight gradient
+            compute = self.compute(rows) - self.compute(rows, "forward") + self.compute(mine, "forward")
+            return compute, exchange_time(self.fits, "allgather", p, self.factor_row * rows)
+        return self.compute(mine), exchange_time(self.fits, allreduce, p, self.parameters)
+
+    def steps_per_epoch(self, p, scaling):
+        return math.ceil(self.batches / p) if scaling == "weak" else self.batches
+
+    def epoch(self, p, shared_evaluation, **kind):
+        """(seconds, samples) of one epoch, one core per process."""
+        compute, exchange = self.step(p, **kind)
+        steps = self.steps_per_epoch(p, kind.get("scaling", "strong"))
+        rows = self.batch * (p if kind.get("scaling") == "weak" else 1)
+        evaluation = self.evaluation / (p if shared_evaluation else 1)
+        return steps * (compute + exchange) + evaluation, steps * rows
+
+    def speedup(self, p, shared_evaluation, **kind):
+        """Predicted samples per second relative to serial's."""
+        seconds, samples = self.epoch(p, shared_evaluation, **kind)
+        serial_seconds, serial_samples = self.epoch(1, False)
+        return (samples / seconds) / (serial_samples / serial_seconds)
+
+    def run(self, entry):
+        """(model seconds of a measured run, time-sharing factor): one core per process, times P/cores when
+        P ranks share fewer cores; None when the run's breakdown is missing."""
+        p, steps = entry["processes"], entry.get("steps")
+        if not self.ready or not steps:
+            return None, 1.0
+        compute, exchange = self.step(p, entry.get("exchange") or "gradients", entry["allreduce"], entry["scaling"])
+        if exchange is None:
+            return None, 1.0
+        evaluation = self.evaluation / (p if entry.get("evaluation_time") is not None else 1)
+        share = max(1.0, p / self.cores)
+        return share * (steps * (compute + exchange) + entry["epochs"] * evaluation), share

@@ -1,0 +1,112 @@
+"""The CSVs of one report read back: runs aggregated per configuration, the cost model fitted to them."""
+__all__ = ["Results"]
+
+import json
+import os
+import statistics
+
+from reporting.model import CostModel, fit_exchange
+from reporting.runs import read_csv
+
+
+class Results:
+    """runs.csv, allreduce.csv, compute.csv and run_info.json of one output folder."""
+
+    def __init__(self, out):
+        self.out = out
+        self.runs = read_csv(os.path.join(out, "runs.csv"))
+        self.allreduce = median_rows(self.optional("allreduce.csv"), ("processes", "size"))
+        self.compute_rows = median_rows(self.optional("compute.csv"), ("kind", "rows"))
+        with open(os.path.join(out, "run_info.json")) as f:
+            self.info = json.load(f)
+        self.machine, self.settings = self.info["machine"], self.info["settings"]
+        self.cores = self.machine["cores"]
+        self.configs = aggregate(self.runs)
+        self.fits = fit_exchange(self.allreduce, self.cores) if self.allreduce else {}
+        self.model = CostModel(self.compute_rows, self.fits, self.settings, self.cores)
+
+    def optional(self, name):
+        path = os.path.join(self.out, name)
+        return read_csv(path) if os.path.exists(path) else []
+
+    def get(self, label, processes):
+        """The configuration's entry if at least one of its runs succeeded, else None."""
+        entry = self.configs.get((label, processes))
+        return entry if entry and entry["ok_runs"] else None
+
+    def labels(self, mode):
+        """Series labels of a mode, in the order they ran."""
+        return list(dict.fromkeys(label for (label, _), e in self.configs.items() if e["mode"] == mode))
+
+    def series(self, label):
+        """Successful entries of a series, by number of processes."""
+        return sorted((e for (l, _), e in self.configs.items() if l == label and e["ok_runs"]),
+                      key=lambda e: e["processes"])
+
+    @property
+    def serial(self):
+        return self.get("serial", 1)
+
+    def speedup(self, entry):
+        """Samples per second relative to serial's (serial time / time when an epoch has the same samples)."""
+        serial = self.serial
+        if serial is None or entry is None or not entry.get("time"):
+            return None
+        rate = lambda e: (e["samples_per_epoch"] or 1) * e["epochs"] / e["time"]  # noqa: E731
+        return rate(entry) / rate(serial)
+
+    def over(self, processes):
+        """'4*' when `processes` exceed the cores (the run measures contention for them), else '4'."""
+        return f"{processes}*" if processes > self.cores else str(processes)
+
+    def diverged(self, accuracy):
+        """No better than answering one digit for every image (the largest digit's share, plus 2 points)."""
+        shares = self.info.get("test_label_shares") or [11.35]
+        return accuracy is not None and accuracy <= max(shares) + 2.0
+
+    def shared_evaluation(self):
+        """Whether the sync runs evaluate on every rank (their records then carry evaluation_time)."""
+        return any(e.get("evaluation_time") is not None for e in self.configs.values() if e["mode"] == "sync")
+
+
+def aggregate(runs):
+    """(label, processes) -> the median-time run's row, with the median time and accuracy over its repeats."""
+    groups = {}
+    for row in runs:
+        if row["mode"] != "allreduce_test":
+            groups.setdefault((row["label"], row["processes"]), []).append(row)
+    configs = {}
+    for key, group in groups.items():
+        ok = sorted((r for r in group if r["status"] == "ok"), key=lambda r: r["time"])
+        entry = dict(ok[(len(ok) - 1) // 2] if ok else group[0])
+        if ok:
+            entry["time"] = statistics.median(r["time"] for r in ok)
+            entry["test_accuracy"] = statistics.median(r["test_accuracy"] for r in ok)
+        entry.update(runs=len(group), ok_runs=len(ok), epoch_accuracy=epoch_list(entry.get("epoch_accuracy")))
+        configs[key] = entry
+    return configs
+
+
+def median_rows(rows, keys):
+    """One row per value of `keys`, its times (columns ending in _s, or seconds) the median over repeats."""
+    groups = {}
+    for row in rows:
+        groups.setdefault(tuple(row.get(k) for k in keys), []).append(row)
+    merged = []
+    for group in groups.values():
+        row = dict(group[0])
+        for key in row:
+            if key.endswith("_s") or key == "seconds":
+                values = [r[key] for r in group if isinstance(r.get(key), (int, float))]
+                row[key] = statistics.median(values) if values else None
+        merged.append(row)
+    return merged
+
+
+def epoch_list(value):
+    """runs.csv's '84.9;90.1' (read back as a number when there is one epoch) -> [84.9, 90.1]."""
+    if value is None:
+        return []
+    if isinstance(value, (int, float)):
+        return [float(value)]
+    return [float(a) for a in str(value).split(";") if a]

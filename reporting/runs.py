@@ -1,0 +1,279 @@
+"""Run the course's experiment matrix: main.py, allreduce_test.py and traced runs -> CSV rows.
+
+A run that fails or hangs is a row with status "failed" and a one-line error: nothing here stops because
+one experiment broke, and a feature that has not landed yet (an option main.py rejects) is just a failed row.
+"""
+__all__ = ["Experiment", "experiment_matrix", "main_command", "run_training", "run_allreduce_test",
+           "run_trace", "TRACES", "Progress", "read_csv", "machine_info", "RUN_FIELDS", "ASYNC_VARIANTS"]
+
+import csv
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+from utils import mpiexec_command
+
+PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN_FIELDS = [
+    "label", "mode", "processes", "masters", "workers", "allreduce", "scaling", "exchange", "async_variant",
+    "repeat", "seed", "epochs", "batches", "batch_size", "oversubscribed", "status", "error", "time",
+    "test_accuracy", "epoch_accuracy", "samples_per_epoch", "steps", "compute_time", "communication_time",
+    "evaluation_time", "elements_sent_per_step", "step_size", "wait_policy", "compensation", "max_staleness",
+    "staleness_mean", "staleness_p90", "staleness_max", "master_idle_fraction", "peak_rss_mb", "wall_time",
+    "load_average"]
+# "default" is main.py's own defaults (delay compensation plus a staleness bound); "plain" is plain
+# asynchronous SGD, every gradient applied with the full step whatever its staleness (what earlier reports ran).
+ASYNC_VARIANTS = {"default": [], "plain": ["--unbounded", "--compensation", "0"]}
+
+
+@dataclass
+class Experiment:
+    """One configuration of the matrix; `label` names its series in tables and plots."""
+    label: str
+    mode: str  # serial, sync, async or allreduce_test
+    processes: int
+    masters: int = 0
+    allreduce: str = ""
+    scaling: str = ""
+    exchange: str = ""  # sync: gradients or factors
+    async_variant: str = ""
+
+    @property
+    def workers(self):
+        return self.processes - self.masters if self.mode == "async" else self.processes
+
+    def name(self):
+        return f"{self.label} P={self.processes}"
+
+
+def sync_experiment(allreduce, scaling, exchange, p):
+    suffix = " factors" if exchange == "factors" else ""
+    return Experiment(f"sync {allreduce} {scaling}{suffix}", "sync", p, allreduce=allreduce, scaling=scaling,
+                      exchange=exchange)
+
+
+def async_experiment(masters, p, variant):
+    label = f"async {masters}m" + ("" if variant == "default" else f" {variant}")
+    return Experiment(label, "async", p, masters=masters, async_variant=variant)
+
+
+def experiment_matrix(options):
+    """Every configuration, in order: serial, sync (gradients over ring and MPI, factors over the ring), async,
+    allreduce_test."""
+    matrix = [Experiment("serial", "serial", 1)]
+    for scaling in ("strong", "weak"):
+        for allreduce, exchange in (("ring", "gradients"), ("mpi", "gradients"), ("ring", "factors")):
+            matrix += [sync_experiment(allreduce, scaling, exchange, p) for p in options.processes]
+    for variant in options.async_variants:
+        matrix += [async_experiment(m, p, variant) for m, p in options.async_runs]
+    return matrix + [Experiment("allreduce_test", "allreduce_test", p) for p in options.allreduce_processes]
+
+
+# The traced runs drawn in the report: (file stem, experiment, what the picture explains).
+TRACES = [("serial", Experiment("serial", "serial", 1)),
+          ("sync_P2", sync_experiment("ring", "strong", "gradients", 2)),
+          ("sync_P4", sync_experiment("ring", "strong", "gradients", 4)),
+          ("async_2m_P4", async_experiment(2, 4, "default")),
+          ("factors_P2", sync_experiment("ring", "strong", "factors", 2))]
+
+
+def main_command(experiment, options, seed, record, extra=()):
+    """The command line of one main.py run writing its --json `record`."""
+    arguments = ["--epochs", options.epochs, "--batches", options.batches, "--batch-size", options.batch_size,
+                 "--layers", ",".join(map(str, options.layers)), "--seed", seed, "--json", record, *extra]
+    if options.data_dir:
+        arguments += ["--data-dir", options.data_dir]
+    if experiment.mode == "serial":
+        return [sys.executable, "main.py", "serial", *map(str, arguments)]
+    if experiment.mode == "sync":
+        mode = ["sync", "--allreduce", experiment.allreduce, "--scaling", experiment.scaling]
+        mode += ["--exchange", experiment.exchange] if experiment.exchange == "factors" else []
+    else:
+        mode = ["async", str(experiment.masters), *ASYNC_VARIANTS[experiment.async_variant]]
+    return [mpiexec_command(), "-n", str(experiment.processes), sys.executable, "main.py", *mode,
+            *map(str, arguments)]
+
+
+def run_command(command, timeout):
+    """Run `command` in its own process group -> (return code or None on timeout, stdout, stderr)."""
+    process = subprocess.Popen(command, cwd=PROJECT_DIR, text=True, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+        return process.returncode, stdout, stderr
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # the launcher and every rank it started
+        stdout, stderr = process.communicate()
+        return None, stdout, stderr
+    except KeyboardInterrupt:  # the run is in its own session: Ctrl-C does not reach it by itself
+        os.killpg(process.pid, signal.SIGKILL)
+        raise
+
+
+def failure(returncode, stderr, timeout):
+    """One line saying why a run failed."""
+    if returncode is None:
+        return f"timed out after {timeout} s"
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    lines = [line for line in lines if "error" in line.lower()] or lines  # main.py's own line, not MPI's abort
+    return f"exit code {returncode}: {lines[-1][:300] if lines else 'no message'}"
+
+
+def base_row(experiment, options, repeat, seed):
+    """The CSV row of a run before its outcome is known."""
+    fields = ("label", "mode", "processes", "masters", "allreduce", "scaling", "exchange", "async_variant")
+    return dict({key: getattr(experiment, key) for key in fields}, workers=experiment.workers, repeat=repeat,
+                seed=seed, epochs=options.epochs, batches=options.batches, batch_size=options.batch_size,
+                oversubscribed=experiment.processes > options.cores, load_average=round(os.getloadavg()[0], 2))
+
+
+def run_training(experiment, options, repeat, records_dir):
+    """One main.py run -> its runs.csv row (status ok or failed)."""
+    seed = options.seed + repeat
+    row = base_row(experiment, options, repeat, seed)
+    record_path = os.path.join(records_dir, f"{experiment.label.replace(' ', '_')}_P{experiment.processes}"
+                                            f"_r{repeat}.json")
+    if os.path.exists(record_path):
+        os.remove(record_path)  # a stale record must not pass for this run's
+    start = time.perf_counter()
+    returncode, _, stderr = run_command(main_command(experiment, options, seed, record_path), options.timeout)
+    row["wall_time"] = round(time.perf_counter() - start, 3)
+    if returncode != 0 or not os.path.exists(record_path):
+        return dict(row, status="failed", error=failure(returncode, stderr, options.timeout))
+    with open(record_path) as f:
+        return dict(row, status="ok", error="", **record_fields(experiment, json.load(f)))
+
+
+def record_fields(experiment, record):
+    """The runs.csv columns taken from a main.py --json record (statistics it lacks stay empty)."""
+    stats, settings = record.get("statistics") or {}, record["settings"]
+    fields = {"time": record["time"], "test_accuracy": record["test_accuracy"],
+              "epoch_accuracy": ";".join(f"{a:.2f}" for a in record.get("epoch_accuracy") or []),
+              "peak_rss_mb": round(record.get("peak_rss_mb", 0.0), 1), "wait_policy": stats.get("wait_policy"),
+              "samples_per_epoch": settings["batches"] * settings["batch_size"]}
+    if experiment.mode == "sync" and "steps" in stats:
+        per_step = settings["batch_size"] * (experiment.processes if experiment.scaling == "weak" else 1)
+        fields.update({key: stats.get(key) for key in ("steps", "compute_time", "communication_time",
+                                                       "evaluation_time", "elements_sent_per_step", "step_size")})
+        fields["samples_per_epoch"] = stats["steps"] // max(settings["epochs"], 1) * per_step
+    if experiment.mode == "async":
+        fields.update(async_fields(stats))
+    return fields
+
+
+def async_fields(stats):
+    """Staleness and the masters' idle share of an async record; steps: updates per master."""
+    mean = lambda values: statistics.fmean(values) if values else None  # noqa: E731
+    idle, train_time = stats.get("master_idle_time") or [], stats.get("train_time")
+    fields = {key: stats.get(key) for key in ("staleness_mean", "staleness_p90", "staleness_max",
+                                              "compensation", "max_staleness")}
+    updates = mean(stats.get("updates_per_master") or [])
+    return dict(fields, steps=updates and round(updates),
+                master_idle_fraction=mean(idle) / train_time if idle and train_time else None)
+
+
+def run_allreduce_test(experiment, options, repeat):
+    """allreduce_test.py at one process count -> (runs.csv row, its CSV rows)."""
+    row = dict(base_row(experiment, options, repeat, ""), epochs="", batches="", batch_size="")
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "allreduce.csv")
+        command = [mpiexec_command(), "-n", str(experiment.processes), sys.executable, "allreduce_test.py",
+                   "--sizes", options.allreduce_sizes, "--repeats", str(options.allreduce_repeats), "--csv", path]
+        start = time.perf_counter()
+        returncode, _, stderr = run_command(command, options.timeout)
+        row["wall_time"] = row["time"] = round(time.perf_counter() - start, 3)
+        rows = read_csv(path) if os.path.exists(path) else []
+    if not rows:
+        return dict(row, status="failed", error=failure(returncode, stderr, options.timeout)), []
+    status = "ok" if returncode == 0 else "checks failed"  # it exits 1 when an answer disagrees
+    return dict(row, status=status, error="" if returncode == 0 else failure(returncode, stderr, 0)), rows
+
+
+def run_trace(stem, experiment, options, folder):
+    """One epoch of `experiment` with --trace, drawn by bench/timeline.py -> (png path or None, error)."""
+    os.makedirs(folder, exist_ok=True)
+    trace, png = os.path.join(folder, f"{stem}.json"), os.path.join(folder, f"{stem}.png")
+    for path in (trace, png):
+        if os.path.exists(path):
+            os.remove(path)
+    short = dict(vars(options), epochs=1)
+    command = main_command(experiment, SimpleNamespace(**short), options.seed, os.devnull, ["--trace", trace])
+    returncode, _, stderr = run_command(command, options.timeout)
+    if returncode != 0 or not os.path.exists(trace):
+        return None, failure(returncode, stderr, options.timeout)
+    timeline = os.path.join(PROJECT_DIR, "bench", "timeline.py")
+    if not os.path.exists(timeline):
+        return None, "bench/timeline.py is not in the project"
+    window = ["--steps", options.trace_steps] if experiment.mode != "async" else []
+    returncode, _, stderr = run_command([sys.executable, timeline, trace, "-o", png, *window], 300)
+    return (png, "") if returncode == 0 and os.path.exists(png) else (None, failure(returncode, stderr, 300))
+
+
+class Progress:
+    """A text progress bar on stderr: redrawn in place on a terminal, one line per run otherwise."""
+
+    def __init__(self, total, width=30):
+        self.total, self.width, self.done = total, width, 0
+        self.start = time.perf_counter()
+        self.tty = sys.stderr.isatty()
+
+    def bar(self, text):
+        filled = self.width * self.done // max(self.total, 1)
+        elapsed = int(time.perf_counter() - self.start)
+        return (f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} "
+                f"{elapsed // 60}m{elapsed % 60:02d}s  {text}")
+
+    def running(self, text):
+        if self.tty:
+            print("\r" + self.bar(f"running {text}").ljust(110)[:110], end="", file=sys.stderr, flush=True)
+
+    def finished(self, text):
+        self.done += 1
+        line = self.bar(text)
+        print(("\r" + line.ljust(110)) if self.tty else line, end="\n" if not self.tty or
+              self.done == self.total else "", file=sys.stderr, flush=True)
+
+
+def read_csv(path):
+    """CSV rows as dictionaries: numbers and booleans converted, empty cells None."""
+    with open(path, newline="") as f:
+        return [{key: convert(value) for key, value in row.items()} for row in csv.DictReader(f)]
+
+
+def convert(text):
+    if text is None or text == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def machine_info():
+    """Cores, CPU, MPI library and versions, for the report's header."""
+    import numpy
+    info = {"cores": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
+            "python": platform.python_version(), "numpy": numpy.__version__}
+    try:
+        with open("/proc/cpuinfo") as f:
+            info["cpu"] = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    probe = "import mpi4py; from mpi4py import MPI; print(mpi4py.__version__); print(MPI.Get_library_version())"
+    returncode, stdout, stderr = run_command([sys.executable, "-c", probe], 60)
+    lines = stdout.strip().splitlines() if returncode == 0 else []
+    info["mpi4py"] = lines[0] if lines else f"unknown ({failure(returncode, stderr, 60)})"
+    info["mpi_library"] = " ".join(lines[1].split()) if len(lines) > 1 else "unknown"
+    return info

@@ -1,0 +1,145 @@
+"""The report's words follow its numbers: synthetic results on both sides of every claim, and the model's fits."""
+import json
+
+import numpy as np
+import pytest
+
+from reporting.model import FORMS, CostModel, exchange_time, fit_exchange
+from reporting.render import figures
+from reporting.results import Results
+from reporting.runs import RUN_FIELDS
+from utils import write_csv
+
+SETTINGS = {"epochs": 2, "batches": 30, "batch_size": 16, "layers": [784, 128, 64, 10], "seed": 1, "quick": True,
+            "processes": [2, 4], "learning_rate": 0.1, "data_dir": "synthetic", "compute_repeats": 20}
+ALPHA, BETA = 20e-6, 2e-9  # the synthetic allreduce's constants
+
+
+def sync_row(label, p, time, scaling="strong", accuracy=91.5, **fields):
+    words = label.split()
+    steps = 60 if scaling == "strong" else 60 // p
+    return dict({"label": label, "mode": "sync", "processes": p, "workers": p, "allreduce": words[1] if p > 1 else "",
+                 "scaling": scaling, "exchange": "factors" if "factors" in label else "gradients",
+                 "epochs": 2, "batches": 30, "batch_size": 16, "status": "ok", "time": time,
+                 "test_accuracy": accuracy, "epoch_accuracy": f"90.0;{accuracy}",
+                 "samples_per_epoch": 480, "steps": steps, "compute_time": 0.4 * time,
+                 "communication_time": 0.4 * time}, **fields)
+
+
+def async_row(masters, p, variant, time, accuracy):
+    label = f"async {masters}m" + (" plain" if variant == "plain" else "")
+    return {"label": label, "mode": "async", "processes": p, "masters": masters, "workers": p - masters,
+            "async_variant": variant, "epochs": 2, "batches": 30, "batch_size": 16, "status": "ok", "time": time,
+            "test_accuracy": accuracy, "epoch_accuracy": f"50;{accuracy}", "samples_per_epoch": 480,
+            "staleness_mean": 1.0, "compensation": 4.0 if variant == "default" else 0.0,
+            "max_staleness": 3 if variant == "default" else None}
+
+
+def allreduce_rows():
+    rows = []
+    for p in (2, 4):
+        for n in (2 ** k for k in range(10, 22, 2)):
+            times = {f"{name}_s": exchange_time({name: (ALPHA, BETA)}, name, p, n) for name in ("naive", "ring", "mpi")}
+            rows.append(dict(times, processes=p, dtype="float64", size=n, naive_equals_mpi=True, ring_equals_mpi=True,
+                             naive_sent=(p - 1) * n, naive_theory=(p - 1) * n, ring_sent_min=2 * (p - 1) * n // p,
+                             ring_sent_max=2 * (p - 1) * n // p, ring_theory=2 * (p - 1) * n / p,
+                             ring_sent_total=2 * (p - 1) * n, sent_as_predicted=True))
+    return rows
+
+
+def compute_rows(per_row):
+    """A step costs 200 us plus `per_row` per row; a forward pass a third of that."""
+    rows = [{"kind": kind, "rows": r, "seconds": (200e-6 + per_row * r) / (3 if kind == "forward" else 1)}
+            for r in list(range(1, 17)) + [32, 64, 128, 256] for kind in ("step", "forward")]
+    return rows + [{"kind": "evaluate", "rows": 10000, "seconds": 0.05}]
+
+
+def fake_results(out, runs, allreduce=True, compute=True, per_row=10e-6, shares=None):
+    out.mkdir(parents=True, exist_ok=True)
+    info = {"machine": {"cores": 2, "cpu": "test CPU", "mpi_library": "MPICH", "mpi4py": "4", "python": "3",
+                        "numpy": "2"}, "settings": SETTINGS, "command": "report.py", "duration": 60.0,
+            "test_label_shares": shares or [9.8, 11.35, 10.32, 10.1, 9.82, 8.92, 9.58, 10.28, 9.74, 10.09]}
+    (out / "run_info.json").write_text(json.dumps(info))
+    write_csv(str(out / "runs.csv"), runs, RUN_FIELDS)
+    if allreduce:
+        write_csv(str(out / "allreduce.csv"), allreduce_rows())
+    if compute:
+        write_csv(str(out / "compute.csv"), compute_rows(per_row))
+    return Results(str(out))
+
+
+def matrix(serial_time=2.0, sync_time=2.5, weak_time=1.5, async_time=3.0, plain_accuracy=9.58):
+    return [dict(sync_row("serial", 1, serial_time), mode="serial", allreduce=""),
+            sync_row("sync ring strong", 2, sync_time), sync_row("sync ring strong", 4, 4 * sync_time),
+            sync_row("sync ring weak", 2, weak_time, "weak"),
+            async_row(2, 4, "default", async_time, 92.0), async_row(2, 4, "plain", async_time, plain_accuracy)]
+
+
+def words(tmp_path, **settings):
+    per_row = settings.pop("per_row", 10e-6)
+    f, _, missing = figures(fake_results(tmp_path / "out", matrix(**settings), per_row=per_row))
+    assert not missing, missing
+    return f
+
+
+@pytest.mark.parametrize("sync_time, verdict", [(2.5, "slower than"), (1.5, "faster than")])
+def test_sync_is_called_faster_or_slower_than_serial_as_measured(tmp_path, sync_time, verdict):
+    f = words(tmp_path, sync_time=sync_time, weak_time=1.0)
+    assert f["best_strong_verdict"] == verdict
+    assert (f["karp_flatt_reading"].startswith("above 1")) == (sync_time > 2.0)
+
+
+@pytest.mark.parametrize("weak_time, law", [(1.0, "Gustafson"), (3.0, "Amdahl")])
+def test_amdahl_or_gustafson_follows_the_better_speed_up(tmp_path, weak_time, law):
+    assert words(tmp_path, sync_time=2.5, weak_time=weak_time)["scaling_law"] == law
+
+
+@pytest.mark.parametrize("per_row, more, dominant", [(1e-6, "more", "exchange"), (200e-6, "less", "compute")])
+def test_dominant_term_compares_the_model_terms(tmp_path, per_row, more, dominant):
+    """Splitting 16 rows saves 8 rows of compute; the ring allreduce of the gradient costs 2 alpha + n beta."""
+    f = words(tmp_path, per_row=per_row)
+    exchange = 2 * ALPHA + 109386 * BETA
+    assert (8 * per_row < exchange) == (more == "more")
+    assert f["exchange_vs_saving"] == more and f["dominant_term"] == dominant
+
+
+@pytest.mark.parametrize("accuracy, diverged", [(9.58, True), (91.0, False)])
+def test_plain_async_is_called_diverged_only_when_it_answers_one_digit(tmp_path, accuracy, diverged):
+    f = words(tmp_path, plain_accuracy=accuracy)
+    assert f["plain_verdict"].startswith("diverged with 2 workers") == diverged
+    assert f["plain_verdict"].startswith("did not diverge") != diverged
+    assert f["default_verdict"] == "did not diverge"
+
+
+@pytest.mark.parametrize("async_time, verdict", [(3.0, "faster"), (12.0, "slower")])
+def test_async_against_sync_follows_the_times(tmp_path, async_time, verdict):
+    assert words(tmp_path, async_time=async_time)["async_vs_sync"] == verdict  # sync at P = 4 took 10 s
+
+
+@pytest.mark.parametrize("name", ["ring", "naive", "mpi"])
+def test_fit_recovers_the_constants_of_exact_times(name):
+    fits = fit_exchange(allreduce_rows(), cores=4)
+    assert fits[name] == pytest.approx((ALPHA, BETA), rel=1e-6)
+    assert fits["allgather"] == fits["ring"]  # the ring allreduce's second half
+    assert exchange_time(fits, name, 1, 10 ** 6) == 0.0
+
+
+def test_forms_count_latencies_and_elements():
+    assert FORMS["ring"](4) == (6, 1.5) and FORMS["naive"](4) == (3, 3) and FORMS["mpi"](8) == (6, 1.75)
+    assert FORMS["allgather"](4) == (3, 0.75)
+
+
+def test_cost_model_interpolates_and_prices_factors():
+    fits = {name: (ALPHA, BETA) for name in FORMS}
+    model = CostModel(compute_rows(10e-6), fits, SETTINGS, cores=2)
+    assert model.compute(16) == pytest.approx(360e-6) and model.compute(512) == pytest.approx(200e-6 + 5120e-6)
+    compute, exchange = model.step(2)  # 8 rows each, the whole gradient allreduced
+    assert compute == pytest.approx(280e-6) and exchange == pytest.approx(2 * ALPHA + 109386 * BETA)
+    compute, exchange = model.step(2, exchange="factors")  # 1,178 elements per row, 16 rows gathered
+    assert model.factor_row == 1178
+    assert exchange == pytest.approx(ALPHA + 1178 * 16 * BETA / 2)
+    assert compute == pytest.approx(model.compute(16) - (model.compute(16, "forward") - model.compute(8, "forward")))
+    assert model.speedup(1, False) == pytest.approx(1.0)
+    serial, weak = model.epoch(1, False), model.epoch(2, False, scaling="weak")  # 30 steps of 16, 15 of 32
+    assert serial[1] == weak[1] == 480
+    assert np.isclose(model.speedup(2, False, scaling="weak"), serial[0] / weak[0])
