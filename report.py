@@ -2,16 +2,11 @@
 
 Usage:
     python3 report.py                      # the whole matrix, 5 epochs: about 15 minutes on 2 cores
-    python3 report.py --quick              # tiny settings, P <= 4, into results/quick/ (about a minute)
-    python3 report.py --report-only        # redraw the plots and REPORT.md from the CSVs in --out
+    python3 report.py --quick              # tiny settings, P <= 4, into results/quick/ (under a minute)
+    python3 report.py --report-only        # refit the model, redraw the plots and REPORT.md from --out's CSVs
 
-First a micro-benchmark in this process times a training step of the network per row count (the compute
-term of the cost model); then every run of the matrix under this Python's mpiexec, one BLAS thread per
-process: serial; sync at each process count, strong and weak scaling, gradients over our ring and over
-MPI's Allreduce and sufficient factors over the ring; async (2 masters on 4 and 8 processes, 4 on 8 and
-16), main.py's defaults and plain asynchronous SGD; allreduce_test.py (the exchange term's alpha and beta);
-finally one traced epoch of a few runs, drawn by bench/timeline.py. Outputs in --out: runs.csv,
-allreduce.csv, compute.csv, records/, traces/, run_info.json, the plots and REPORT.md.
+In order: a micro-benchmark of the compute term in this process; the matrix (reporting/runs.py) under this
+Python's mpiexec, one BLAS thread per process; one traced epoch of a few runs. See docs/model.md.
 """
 import os
 
@@ -130,13 +125,11 @@ def masters_by_processes(text):
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add = parser.add_argument
-    add("--quick", action="store_true", help=f"tiny settings: {QUICK['epochs']} epochs of {QUICK['batches']} "
-        f"mini-batches, sync at P = {QUICK['processes']}, async {QUICK['async_runs']}, into results/quick/")
-    add("--processes", type=number_list, help=f"sync process counts (default {DEFAULTS['processes']})")
-    add("--async-runs", type=masters_by_processes, metavar="MxP,...",
-        help=f"async runs, masters x processes (default {DEFAULTS['async_runs']})")
-    add("--async-variants", metavar="NAME,...", help=f"of {', '.join(ASYNC_VARIANTS)}: default = main.py's "
-        "defaults, plain = --unbounded --compensation 0 (default both)")
+    add("--quick", action="store_true", help="tiny settings (2 epochs of 30 mini-batches, P <= 4) into results/quick/")
+    add("--processes", type=number_list, help="sync process counts (default 2,4,8,16)")
+    add("--async-runs", type=masters_by_processes, metavar="MxP,...", help="masters x processes (default "
+        "2x4,2x8,4x8,4x16)")
+    add("--async-variants", metavar="NAME,...", help="default (main.py's), plain (--unbounded --compensation 0)")
     add("--allreduce-processes", type=number_list, help="process counts for allreduce_test.py (default 2,4,8)")
     add("--allreduce-sizes", help="array sizes for allreduce_test.py (default 2^12,...,2^21)")
     add("--allreduce-repeats", type=int, help="timed repetitions per size (default 20)")

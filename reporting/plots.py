@@ -9,7 +9,6 @@ PLOTS = {  # file -> what it shows
     "time_vs_processes.png": "training time against processes, serial as a horizontal line",
     "speedup.png": "speed-up over serial, measured and predicted by the cost model",
     "accuracy_vs_workers.png": "final test accuracy against the number of workers (Q8)",
-    "epoch_accuracy.png": "validation accuracy after every epoch",
     "allreduce_time.png": "allreduce time against array size, measured and fitted",
 }
 PREDICTED = [2, 4, 8, 16, 32, 64]  # process counts of the one-core-per-process prediction
@@ -54,7 +53,8 @@ def log2_axis(ax, values):
     ax.minorticks_off()
 
 
-def plot_time(results, path):
+def plot_series(results, path, x, y, serial_label, **axes):
+    """Every parallel series' `y` against its `x` (entry keys), serial as a horizontal line."""
     labels = [l for l in results.labels("sync") + results.labels("async") if results.series(l)]
     if not labels:
         return empty_plot(path, "no successful parallel run")
@@ -62,14 +62,23 @@ def plot_time(results, path):
     fig, ax = plt.subplots(figsize=(9, 6))
     for label in labels:
         series = results.series(label)
-        ax.plot([e["processes"] for e in series], [e["time"] for e in series], label=label, **style(label))
+        ax.plot([e[x] for e in series], [e[y] for e in series], label=label, **style(label))
     if results.serial:
-        ax.axhline(results.serial["time"], color="k", label=f"serial ({results.serial['time']:.2f} s)")
-    ax.axvspan(results.cores + 0.5, 64, color="0.92", zorder=0, label=f"more processes than {results.cores} cores")
-    log2_axis(ax, [e["processes"] for l in labels for e in results.series(l)])
-    ax.set(yscale="log", xlabel="processes P", ylabel="training time (s, log)", xlim=(1.6, None))
+        ax.axhline(results.serial[y], color="k", label=serial_label.format(results.serial[y]))
+    log2_axis(ax, [e[x] for l in labels for e in results.series(l)])
+    ax.set(**axes)
     ax.legend(fontsize=7, ncol=2)
     save(fig, path)
+
+
+def plot_time(results, path):
+    plot_series(results, path, "processes", "time", "serial ({:.2f} s)", yscale="log", xlabel="processes P "
+                f"(more than {results.cores}: sharing the cores)", ylabel="training time (s, log scale)")
+
+
+def plot_accuracy(results, path):
+    plot_series(results, path, "workers", "test_accuracy", "serial ({:.2f} %)", ylim=(0, 100),
+                xlabel="workers (sync: P; async: P − masters)", ylabel="test accuracy (%)")
 
 
 def plot_speedup(results, path):
@@ -95,39 +104,6 @@ def plot_speedup(results, path):
     save(fig, path)
 
 
-def plot_accuracy(results, path):
-    labels = [l for l in results.labels("sync") + results.labels("async") if results.series(l)]
-    if not labels:
-        return empty_plot(path, "no successful parallel run")
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(9, 5.5))
-    for label in labels:
-        series = results.series(label)
-        ax.plot([e["workers"] for e in series], [e["test_accuracy"] for e in series], label=label, **style(label))
-    if results.serial:
-        ax.axhline(results.serial["test_accuracy"], color="k", label="serial")
-    log2_axis(ax, [e["workers"] for l in labels for e in results.series(l)])
-    ax.set(ylim=(0, 100), xlabel="workers (sync: P; async: P - masters)", ylabel="test accuracy (%)")
-    ax.legend(fontsize=7, ncol=2)
-    save(fig, path)
-
-
-def plot_epochs(results, path):
-    labels = ["serial"] + results.labels("sync") + results.labels("async")
-    lines = [(f"{l} P={e['processes']}", e["epoch_accuracy"]) for l in labels for e in results.series(l)
-             if e["epoch_accuracy"]]
-    if not lines:
-        return empty_plot(path, "no successful training run")
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(10, 6))
-    colours = plt.get_cmap("tab20").colors
-    for index, (name, values) in enumerate(lines):
-        ax.plot(range(1, len(values) + 1), values, color=colours[index % 20], label=name, **style(name))
-    ax.set(ylim=(0, 100), xlabel="epoch", ylabel="validation accuracy (%)")
-    ax.legend(fontsize=6, ncol=3, loc="lower right")
-    save(fig, path)
-
-
 def plot_allreduce(results, path):
     """Measured allreduce times (points) and the fitted alpha-beta forms (lines), a panel per P."""
     counts = sorted({row["processes"] for row in results.allreduce})
@@ -150,7 +126,7 @@ def plot_allreduce(results, path):
 
 def draw_plots(results, out):
     drawers = {"time_vs_processes.png": plot_time, "speedup.png": plot_speedup, "accuracy_vs_workers.png":
-               plot_accuracy, "epoch_accuracy.png": plot_epochs, "allreduce_time.png": plot_allreduce}
+               plot_accuracy, "allreduce_time.png": plot_allreduce}
     for name, draw in drawers.items():
         try:
             draw(results, os.path.join(out, name))

@@ -8,6 +8,7 @@ __all__ = ["figures", "write_report", "Figures"]
 import os
 import statistics
 import string
+from functools import partial
 
 from reporting.model import exchange_time
 from reporting.plots import PREDICTED
@@ -17,8 +18,6 @@ TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "REPORT.md.t
 EARLIER = {"serial": "7.7–8.8 s, 91.5–91.9 %", ("sync", 4): "34.1 s, 90.4 %", ("sync", 8): "42.0 s, 89.7 %",
            ("sync", 16): "58.1 s, 87.4 %", ("async", 2, 4): "4.4 s, 91.2 %", ("async", 2, 8): "3.7 s, 10.1 %",
            ("async", 4, 8): "3.3 s, 88.0 %", ("async", 4, 16): "3.8 s, 10.1 %"}
-CODE = ["main.py", "network.py", "sync_network.py", "sync_network_collective.py", "async_network.py",
-        "my_naive_allreduce.py", "my_ring_allreduce.py", "allreduce_test.py", "utils.py", "report.py"]
 
 
 class Figures(dict):
@@ -33,32 +32,17 @@ def pick(condition, yes, no):
     return yes if condition else no
 
 
-def sec(value):
-    return "–" if value is None else f"{value:.2f} s"
+def fmt(pattern, value, scale=1.0):
+    """A figure as text; a dash for one that was not measured."""
+    return "–" if value is None else pattern.format(scale * value)
 
 
-def ms(value):
-    return "–" if value is None else f"{1e3 * value:.3f} ms" if value < 1e-3 else f"{1e3 * value:.2f} ms"
-
-
-def pct(value):
-    return "–" if value is None else f"{value:.2f} %"
-
-
-def num(value):
-    return "–" if value is None else f"{value:.1f}" if isinstance(value, float) else str(value)
-
-
-def times(value):
-    return "–" if value is None else f"{value:.2f}×"
+sec, pct, times = partial(fmt, "{:.2f} s"), partial(fmt, "{:.2f} %"), partial(fmt, "{:.2f}×")
+ms, signed, num = partial(fmt, "{:.3g} ms", scale=1e3), partial(fmt, "{:+.0f} %", scale=100), partial(fmt, "{:.3g}")
 
 
 def error(model, measured):
     return None if model is None or not measured else (model - measured) / measured
-
-
-def signed(value):
-    return "–" if value is None else f"{100 * value:+.0f} %"
 
 
 def table(header, rows):
@@ -74,8 +58,7 @@ def header(r, f):
     info, s, m = r.info, r.settings, r.machine
     f.update(command=info.get("command", "report.py"), started=info.get("started", "–"),
              duration=f"{info.get('duration', 0) / 60:.1f} min", cores=r.cores, parameters=f"{r.model.parameters:,}",
-             quick_note=pick(s.get("quick"), "**Quick mode**: tiny settings that only check that everything runs; "
-                             "these figures say nothing about the real experiment.", ""),
+             quick_note=f.section("quick_note") if s.get("quick") else "",
              machine_table=table(["cores", "CPU", "MPI library", "mpi4py", "Python", "numpy"],
                                  [[m["cores"], m["cpu"], m["mpi_library"], m["mpi4py"], m["python"], m["numpy"]]]),
              layers=s["layers"], learning_rate=s["learning_rate"], batch_size=s["batch_size"], batches=s["batches"],
@@ -94,7 +77,9 @@ def model_terms(r, f):
     f.update(tc16=ms(c(16)), tc8=ms(c(8)), tc1=ms(c(1)), tc8_share=f"{100 * c(8) / c(16):.0f} %",
              validation_rows=f"{next(x['rows'] for x in r.compute_rows if x['kind'] == 'evaluate'):,}",
              t_eval=ms(model.evaluation),
-             factor_row=f"{model.factor_row:,}", compute_removable=ms(c(16) - c(1)))
+             factor_row=f"{model.factor_row:,}")
+    fewest = min(range(1, 17), key=c)  # fewer rows are not always cheaper: BLAS picks kernels by shape
+    f.update(tc_min=ms(c(fewest)), tc_min_rows=fewest, compute_removable=ms(c(16) - c(fewest)))
     shared = r.shared_evaluation()
     f["evaluation_mode"] = pick(shared, "the sync runs evaluate on every rank, a P-th each",
                                 "rank 0 evaluates alone while the other ranks wait")
@@ -142,10 +127,8 @@ def model_table(r, f):
                               "exchange per step: measured / model (one core each)"], rows)
     median = lambda errors: f"{100 * statistics.median(abs(e) for e in errors):.0f} %" if errors else "–"  # noqa
     f.update(error_fair=median(fair), error_over=median(over))
-    if over:
-        f["error_reading"] = pick(statistics.median(over) < 0, "The model underestimates the runs with more "
-                                  "processes than cores: sharing the cores costs more than the P/cores it assumes.",
-                                  "The model overestimates the runs with more processes than cores.")
+    if over:  # the whole sentence only when there are such runs; its verb chosen by the sign of the errors
+        f["error_reading"] = f.section(pick(statistics.median(over) < 0, "underestimates", "overestimates"))
 
 
 def predictions(r, f):
@@ -211,9 +194,7 @@ def strong_scaling(r, f):
              best_strong_verdict=pick(best["time"] < r.serial["time"], "faster than", "slower than"))
     karp_flatt = (1 / speedup - 1 / p) / (1 - 1 / p) if p > 1 else None
     f["karp_flatt"] = "–" if karp_flatt is None else f"{karp_flatt:.2f}"
-    f["karp_flatt_reading"] = pick(karp_flatt is not None and karp_flatt > 1, "above 1, which no serial fraction "
-                                   "can give: what limits these runs is the exchange the parallel version adds",
-                                   "the share of each step that did not shrink with P, the exchange included")
+    f["karp_flatt_reading"] = f.section(pick(karp_flatt is not None and karp_flatt > 1, "above_one", "below_one"))
     oversubscribed(r, f, [e for e in sync_entries(r) if e["label"] == "sync ring strong"])
 
 
@@ -229,12 +210,13 @@ def oversubscribed(r, f, strong):
     if not over or not r.model.ready:
         return
     e = over[0]
-    one_core = sum(r.model.step(e["processes"]))
+    compute, exchange = r.model.step(e["processes"])
+    measured = per_step(e, "communication_time")
     f["oversubscribed_paragraph"] = "\n" + f.section(
-        "oversubscribed_paragraph", over_p=e["processes"], over_one_core=ms(one_core),
-        over_shared=ms(one_core * e["processes"] / r.cores), over_measured=ms(per_step(e, "compute_time") +
-                                                                            per_step(e, "communication_time")),
-        over_exchange=ms(per_step(e, "communication_time")))
+        "oversubscribed_paragraph", over_p=e["processes"], over_one_core=ms(compute + exchange),
+        over_shared=ms((compute + exchange) * e["processes"] / r.cores), over_exchange=ms(measured),
+        over_measured=ms(per_step(e, "compute_time") + measured), over_model_exchange=ms(exchange),
+        over_wait_share=f"{100 * (1 - exchange / measured):.0f} %")
 
 
 def async_tables(r, f):
@@ -301,6 +283,7 @@ def tradeoff(r, f):
 
 
 def allreduce(r, f):
+    """Q11-Q12: times against the fitted model, elements counted at the sends against theory."""
     rows = sorted(r.allreduce, key=lambda x: (x["processes"], x["size"]))
     model = lambda x, name: exchange_time(r.fits, name, x["processes"], x["size"])  # noqa: E731
     f["allreduce_table"] = table(
@@ -310,15 +293,13 @@ def allreduce(r, f):
                                                             for n in ("naive", "ring", "mpi")),
           pick(x.get("naive_equals_mpi") and x.get("ring_equals_mpi"), "yes", "NO")] for x in rows])
     f["ring_crossover"] = "; ".join(f"P = {p}: {crossover(r, p)}" for p in sorted({x["processes"] for x in rows}))
-    f["sent_table"] = table(["P", "elements", "naive sent", "theory (P−1)n", "ring sent (min–max)",
-                             "theory 2(P−1)n/P", "as predicted"],
-                            [[r.over(x["processes"]), f"{x['size']:,}", f"{x['naive_sent']:,}", f"{x['naive_theory']:,}",
-                              f"{x['ring_sent_min']:,}–{x['ring_sent_max']:,}", f"{x['ring_theory']:,.0f}",
-                              pick(x.get("sent_as_predicted"), "yes", "NO")] for x in rows])
-    f["total_table"] = table(["P", "elements", "naive total", "ring total", "naive / ring"],
-                             [[r.over(x["processes"]), f"{x['size']:,}", f"{x['naive_sent'] * x['processes']:,}",
-                               f"{x['ring_sent_total']:,}", f"{x['naive_sent'] * x['processes'] / x['ring_sent_total']:.2f}"]
-                              for x in rows])
+    f["sent_table"] = table(
+        ["P", "elements", "naive sent", "theory (P−1)n", "ring sent", "theory 2(P−1)n/P", "as predicted",
+         "total naive / ring"],
+        [[r.over(x["processes"]), f"{x['size']:,}", f"{x['naive_sent']:,}", f"{x['naive_theory']:,}",
+          f"{x['ring_sent_min']:,}–{x['ring_sent_max']:,}", f"{x['ring_theory']:,.0f}",
+          pick(x.get("sent_as_predicted"), "yes", "NO"),
+          f"{x['naive_sent'] * x['processes']:,} / {x['ring_sent_total']:,}"] for x in rows])
 
 
 def crossover(r, p):
@@ -329,43 +310,26 @@ def crossover(r, p):
 
 
 def data_sent(r, f):
-    n, size = r.model.parameters, 8
-    f["gradient_sent"] = "; ".join(f"P = {p}: naive {(p - 1) * n * size / 1e6:.2f} MB, ring "
-                                   f"{2 * (p - 1) * n * size / p / 1e6:.2f} MB" for p in r.settings["processes"])
-    f["training_sent"] = "; ".join(f"{e['label']} P = {e['processes']}: {e['steps']:,} steps, "
-                                   f"{2 * (e['processes'] - 1) * n * size * e['steps'] / 1e9:.2f} GB"
-                                   for label in ("sync ring strong", "sync ring weak") for e in r.series(label)
-                                   if e.get("steps"))
+    """Q12-Q13 for this network's gradient: per step and process, and over every sync run (float64)."""
+    n = r.model.parameters
+    f["gradient_sent"] = "; ".join(f"P = {p}: naive {8e-6 * (p - 1) * n:.2f} MB, ring {16e-6 * (p - 1) * n / p:.2f} MB"
+                                   for p in r.settings["processes"])
+    f["total_table"] = table(["run", "P", "steps", "ring, all processes", "naive would send", "elements sent per step "
+                              "(counted)"], [[e["label"], r.over(e["processes"]), f"{e['steps']:,}",
+                                              f"{16e-9 * (e['processes'] - 1) * n * e['steps']:.2f} GB",
+                                              f"{8e-9 * e['processes'] * (e['processes'] - 1) * n * e['steps']:.2f} GB",
+                                              e.get("elements_sent_per_step") or "–"]
+                                             for e in sync_entries(r) if e.get("steps") and e["allreduce"] == "ring"
+                                             and e.get("exchange") != "factors"])
 
 
 def traces(r, f):
-    """A picture per traced run that bench/timeline.py drew; none (and no caption) for the others."""
-    captions = {"serial": ("trace_serial", "One serial epoch: forward, backward, update and the evaluation"),
-                "sync_P2": ("trace_sync", "Sync, P = 2: compute and the ring allreduce of every step"),
-                "sync_P4": ("trace_sync", f"Sync, P = 4 on {r.cores} cores: ranks wait for a core in the exchange"),
-                "factors_P2": ("trace_sync", "Sync with sufficient factors, P = 2: the allgather is short"),
-                "async_2m_P4": ("trace_async", "Async, 2 masters on 4 processes: the masters wait for gradients, "
-                                "apply them and reply; an update applied while a worker computes makes its "
-                                "gradient stale")}
-    for stem, (key, caption) in captions.items():
+    """A picture, with the template's caption, for each traced run bench/timeline.py drew; none otherwise."""
+    for stem, slot in (("serial", "serial"), ("sync_P2", "sync"), ("sync_P4", "sync"), ("factors_P2", "sync"),
+                       ("async_2m_P4", "async")):
         png = (r.info.get("traces") or {}).get(stem, {}).get("png")
         if png and os.path.exists(os.path.join(r.out, png)):
-            f[key] = (f.get(key, "") + "\n" + f.section("trace", trace_caption=caption, trace_png=png))
-
-
-def code(r, f):
-    f["code_table"] = table(["file", "what"], [[f"[`{name}`](../{name})", first_line(name)] for name in CODE])
-
-
-def first_line(name):
-    """A module's own one-line summary (its docstring's first line), so this table cannot go stale."""
-    path = os.path.join(os.path.dirname(os.path.dirname(TEMPLATE)), name)
-    try:
-        with open(path) as source:
-            text = source.read().split('"""')
-        return text[1].strip().splitlines()[0] if len(text) > 2 else "–"
-    except OSError:
-        return "not in the project"
+            f[f"trace_{slot}"] += "\n" + f.section(f"trace_{stem}", trace_png=png)
 
 
 class TemplateFigures(Figures):
@@ -380,7 +344,7 @@ class TemplateFigures(Figures):
 
 
 GROUPS = [header, model_terms, model_table, predictions, serial, sync, strong_scaling, weak_scaling, async_tables,
-          accuracy, tradeoff, allreduce, data_sent, traces, code]
+          accuracy, tradeoff, allreduce, data_sent, traces]
 
 
 def figures(results):

@@ -264,16 +264,10 @@ def convert(text):
 def machine_info():
     """Cores, CPU, MPI library and versions, for the report's header."""
     import numpy
-    info = {"cores": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
-            "python": platform.python_version(), "numpy": numpy.__version__}
-    try:
-        with open("/proc/cpuinfo") as f:
-            info["cpu"] = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     probe = "import mpi4py; from mpi4py import MPI; print(mpi4py.__version__); print(MPI.Get_library_version())"
     returncode, stdout, stderr = run_command([sys.executable, "-c", probe], 60)
-    lines = stdout.strip().splitlines() if returncode == 0 else []
-    info["mpi4py"] = lines[0] if lines else f"unknown ({failure(returncode, stderr, 60)})"
-    info["mpi_library"] = " ".join(lines[1].split()) if len(lines) > 1 else "unknown"
-    return info
+    lines = stdout.strip().splitlines() if returncode == 0 else [f"unknown ({failure(returncode, stderr, 60)})"]
+    with open("/proc/cpuinfo") if os.path.exists("/proc/cpuinfo") else open(os.devnull) as f:
+        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), platform.machine())
+    return {"cores": os.cpu_count(), "cpu": cpu, "python": platform.python_version(), "numpy": numpy.__version__,
+            "mpi4py": lines[0], "mpi_library": " ".join(lines[1].split()) if len(lines) > 1 else "unknown"}

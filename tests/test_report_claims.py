@@ -54,9 +54,9 @@ def compute_rows(per_row):
     return rows + [{"kind": "evaluate", "rows": 10000, "seconds": 0.05}]
 
 
-def fake_results(out, runs, allreduce=True, compute=True, per_row=10e-6, shares=None):
+def fake_results(out, runs, allreduce=True, compute=True, per_row=10e-6, shares=None, traces=None):
     out.mkdir(parents=True, exist_ok=True)
-    info = {"machine": {"cores": 2, "cpu": "test CPU", "mpi_library": "MPICH", "mpi4py": "4", "python": "3",
+    info = {"traces": traces or {}, "machine": {"cores": 2, "cpu": "test CPU", "mpi_library": "MPICH", "mpi4py": "4", "python": "3",
                         "numpy": "2"}, "settings": SETTINGS, "command": "report.py", "duration": 60.0,
             "test_label_shares": shares or [9.8, 11.35, 10.32, 10.1, 9.82, 8.92, 9.58, 10.28, 9.74, 10.09]}
     (out / "run_info.json").write_text(json.dumps(info))
@@ -143,3 +143,16 @@ def test_cost_model_interpolates_and_prices_factors():
     serial, weak = model.epoch(1, False), model.epoch(2, False, scaling="weak")  # 30 steps of 16, 15 of 32
     assert serial[1] == weak[1] == 480
     assert np.isclose(model.speedup(2, False, scaling="weak"), serial[0] / weak[0])
+
+
+def test_trace_pictures_are_embedded_only_where_drawn(tmp_path):
+    out = tmp_path / "out"
+    (out / "traces").mkdir(parents=True)
+    (out / "traces" / "sync_P4.png").write_bytes(b"png")
+    traces = {"sync_P4": {"png": "traces/sync_P4.png", "error": ""},
+              "async_2m_P4": {"png": None, "error": "exit code 2: unrecognized arguments: --trace"},
+              "serial": {"png": "traces/serial.png", "error": ""}}  # recorded, but the file is gone
+    f, _, missing = figures(fake_results(out, matrix(), traces=traces))
+    assert not missing, missing
+    assert "![Sync, P = 4](traces/sync_P4.png)" in f["trace_sync"] and "2 cores" in f["trace_sync"]
+    assert f["trace_async"] == f["trace_serial"] == ""
