@@ -145,15 +145,18 @@ class CostModel:
         serial_seconds, serial_samples = self.epoch(1, False)
         return (samples / seconds) / (serial_samples / serial_seconds)
 
+    def parts(self, entry):
+        """(compute, exchange) per step and evaluation per run of a measured serial or sync run."""
+        p, kind = entry["processes"], (entry.get("exchange") or "gradients", entry.get("allreduce"))
+        compute, exchange = self.step(p, *kind, entry.get("scaling") or "strong")
+        return compute, exchange, self.evaluation / (p if entry.get("evaluation_time") is not None else 1)
+
     def run(self, entry):
         """(model seconds of a measured run, time-sharing factor): one core per process, times P/cores when
-        P ranks share fewer cores; None when the run's breakdown is missing."""
-        p, steps = entry["processes"], entry.get("steps")
-        if not self.ready or not steps:
+        P ranks share fewer cores; None when the model or the run's step count is missing."""
+        steps = entry.get("steps") or (entry["epochs"] * entry["batches"] if entry["mode"] == "serial" else None)
+        if not self.ready or not steps or self.parts(entry)[1] is None:
             return None, 1.0
-        compute, exchange = self.step(p, entry.get("exchange") or "gradients", entry["allreduce"], entry["scaling"])
-        if exchange is None:
-            return None, 1.0
-        evaluation = self.evaluation / (p if entry.get("evaluation_time") is not None else 1)
-        share = max(1.0, p / self.cores)
+        compute, exchange, evaluation = self.parts(entry)
+        share = max(1.0, entry["processes"] / self.cores)
         return share * (steps * (compute + exchange) + entry["epochs"] * evaluation), share

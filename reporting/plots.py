@@ -118,7 +118,8 @@ def plot_allreduce(results, path):
             ax.plot(sizes, [1e3 * r[f"{name}_s"] for r in rows], "o", color=f"C{index}", label=f"{name} measured")
             if name in results.fits:
                 ax.plot(sizes, [1e3 * exchange_time(results.fits, name, p, n) for n in sizes], color=f"C{index}")
-        ax.set(xscale="log", yscale="log", xlabel="elements", title=f"P = {p}" + (" (oversubscribed)" if p > results.cores else ""))
+        crowded = " (more processes than cores)" if p > results.cores else ""
+        ax.set(xscale="log", yscale="log", xlabel="elements", title=f"P = {p}{crowded}")
     axes[0][0].set_ylabel("ms per allreduce (lines: alpha-beta fit)")
     axes[0][0].legend(fontsize=7)
     save(fig, path)

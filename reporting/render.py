@@ -114,17 +114,19 @@ def sync_entries(r):
 
 def model_table(r, f):
     rows, fair, over = [], [], []
-    for e in sync_entries(r):
+    for e in ([r.serial] if r.serial else []) + sync_entries(r):
         model, share = r.model.run(e)
-        compute, exchange = r.model.step(e["processes"], e.get("exchange") or "gradients", e["allreduce"], e["scaling"])
+        compute, exchange, evaluation = r.model.parts(e)
         err = error(model, e["time"])
         if err is not None:
             (over if share > 1 else fair).append(err)
         rows.append([r.over(e["processes"]), e["label"], sec(e["time"]), sec(model), signed(err),
                      f"{ms(per_step(e, 'compute_time'))} / {ms(compute)}",
-                     f"{ms(per_step(e, 'communication_time'))} / {ms(exchange)}"])
+                     f"{ms(per_step(e, 'communication_time'))} / {ms(exchange)}",
+                     f"{ms(e.get('evaluation_time') and e['evaluation_time'] / e['epochs'])} / {ms(evaluation)}"])
     f["model_table"] = table(["P", "run", "measured", "model", "error", "compute per step: measured / model",
-                              "exchange per step: measured / model (one core each)"], rows)
+                              "exchange per step: measured / model (one core each)",
+                              "evaluation per epoch: measured / model"], rows)
     median = lambda errors: f"{100 * statistics.median(abs(e) for e in errors):.0f} %" if errors else "–"  # noqa
     f.update(error_fair=median(fair), error_over=median(over))
     if over:  # the whole sentence only when there are such runs; its verb chosen by the sign of the errors

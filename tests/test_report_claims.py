@@ -56,8 +56,9 @@ def compute_rows(per_row):
 
 def fake_results(out, runs, allreduce=True, compute=True, per_row=10e-6, shares=None, traces=None):
     out.mkdir(parents=True, exist_ok=True)
-    info = {"traces": traces or {}, "machine": {"cores": 2, "cpu": "test CPU", "mpi_library": "MPICH", "mpi4py": "4", "python": "3",
+    info = {"machine": {"cores": 2, "cpu": "test CPU", "mpi_library": "MPICH", "mpi4py": "4", "python": "3",
                         "numpy": "2"}, "settings": SETTINGS, "command": "report.py", "duration": 60.0,
+            "traces": traces or {},
             "test_label_shares": shares or [9.8, 11.35, 10.32, 10.1, 9.82, 8.92, 9.58, 10.28, 9.74, 10.09]}
     (out / "run_info.json").write_text(json.dumps(info))
     write_csv(str(out / "runs.csv"), runs, RUN_FIELDS)
