@@ -43,6 +43,7 @@ from mpi4py import MPI
 from network import NeuralNetwork
 from utils import even_bounds, start_mpi
 from waiting import Waiter
+from watchdog import DEFAULT_STALL_TIMEOUT, Watchdog
 
 GRAD_TAG = 1      # worker -> master: the gradient slice of the master's shard
 PARAM_TAG = 2     # master -> worker: the fresh shard
@@ -69,12 +70,13 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
     lr_rule: factor on a gradient of staleness tau: "constant" 1, "staleness" 1 / (1 + tau),
     "workers" 1 / W. With one worker every setting gives exactly the serial network's steps.
     wait: how ranks wait for messages, "spin", "yield" or "auto" (see waiting.py).
+    stall_timeout: seconds one wait may last before the job is ended as stalled; 0 = never.
     """
 
     def __init__(self, sizes=(), learning_rate=1.0, mini_batch_size=16, number_of_batches=16,
                  epochs=10, number_of_masters=1, matmul=np.matmul, seed=None, dtype=np.float64,
                  compensation=DEFAULT_COMPENSATION, max_staleness=DEFAULT_MAX_STALENESS,
-                 lr_rule="constant", comm=None, wait="auto"):
+                 lr_rule="constant", comm=None, wait="auto", stall_timeout=DEFAULT_STALL_TIMEOUT):
         self.comm = comm if comm is not None else start_mpi().COMM_WORLD
         self.rank, self.size = self.comm.rank, self.comm.size
         self.masters = int(number_of_masters)
@@ -89,6 +91,7 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
             raise ValueError(f"compensation must be >= 0, got {compensation}")
         seed = self.comm.bcast(seed if seed is not None else secrets.randbits(32), root=0)
         self.waiter = Waiter(self.comm, wait)
+        self.stall_timeout = stall_timeout
         super().__init__(sizes, learning_rate, mini_batch_size, number_of_batches, epochs, matmul,
                          seed, dtype)
         # Roles and the division of labour, decided once.
@@ -178,9 +181,16 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
             self.work_epoch(data, labels)
         self.train_time += time.perf_counter() - start
 
+    def watchdog(self):
+        """The stall watchdog that guards fit (see watchdog.py), naming this rank by its role."""
+        who = f"master {self.rank}" if self.is_master else f"worker {self.worker} (rank {self.rank})"
+        return Watchdog(self.waiter, self.stall_timeout, who,
+                        {"push_gradients": "the masters", "pull_parameters": "the masters",
+                         "snapshot": "the other masters", "send_grants": "the other masters"})
+
     def agree_to_stop(self):
         """Whether any rank was asked to stop (SIGTERM with --checkpoint): all ranks agree, at epoch end."""
-        return self.comm.allreduce(self.stop_requested, op=MPI.LOR)
+        return self.waiter.agree(self.stop_requested, ("epoch_end", self.epoch, None))
 
     # ------------------------------------------------------------------ worker
 

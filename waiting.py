@@ -17,6 +17,7 @@ watchdog can tell a stalled job from a slow one and say where it stands.
 import os
 import time
 
+import numpy as np
 from mpi4py import MPI
 
 __all__ = ["Waiter", "WAIT_POLICIES", "waiter_for", "oversubscribed"]
@@ -53,14 +54,22 @@ class Waiter:
             policy = "yield" if comm.Get_size() > 1 and oversubscribed(comm) else "spin"
         self.policy = policy
         self.spins = policy == "spin"
+        self.comm = comm
         self.since = None   # perf_counter() when the current wait began, None when not waiting
         self.waiting_for = None  # (phase, step, peer) of the current wait, for the watchdog
         _waiters[comm.py2f()] = self
 
     def begin(self, what):
-        """Note that a wait for `what` = (phase, step, peer) starts now."""
+        """Note that a wait for `what` = (phase, step, peer) starts now.
+
+        Call it (and end()) around a blocking MPI call too, so the watchdog sees that wait.
+        """
         self.waiting_for = what
         self.since = time.perf_counter()
+
+    def end(self):
+        """Note that the current wait is over."""
+        self.since = None
 
     def all(self, requests, what=None):
         """Complete every request in `requests` (a list; MPI.REQUEST_NULL entries are fine)."""
@@ -86,6 +95,17 @@ class Waiter:
                 index, done = test_any(requests)
         self.since = None
         return index
+
+    def agree(self, flag, what):
+        """-> whether `flag` is true on any rank of the communicator (collective; a watched wait)."""
+        mine, anyone = np.array([flag], dtype=np.int8), np.zeros(1, dtype=np.int8)
+        if self.spins:
+            self.begin(what)
+            self.comm.Allreduce(mine, anyone, op=MPI.MAX)
+            self.end()
+        else:
+            self.all([self.comm.Iallreduce(mine, anyone, op=MPI.MAX)], what)
+        return bool(anyone[0])
 
     @staticmethod
     def _pause(tries):
