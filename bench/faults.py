@@ -3,7 +3,9 @@
     python3 bench/faults.py [--markdown]
 
 Each case is a real launch (mpiexec with this Python where it says so) on small synthetic data;
-a case still running after 120 s would be reported as a hang. The README's failure table is this output.
+a case still running after 120 s would be reported as a hang. The stalled-rank cases stop one rank with
+SIGSTOP after the first epoch and time how long the watchdog takes to end the job. docs/failures.md's
+table is this output.
 """
 import argparse
 import gzip
@@ -17,10 +19,11 @@ import time
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_DIR)
 sys.path.insert(0, os.path.join(PROJECT_DIR, "tests"))
-from conftest import write_mnist_like  # noqa: E402
+from conftest import stop_rank_and_wait, write_mnist_like  # noqa: E402
 from utils import mpiexec_command  # noqa: E402
 
 TIMEOUT = 120
+STALL_TIMEOUT = 5  # --stall-timeout of the stalled-rank cases
 
 
 def cases(data, corrupt):
@@ -52,6 +55,30 @@ def cases(data, corrupt):
     ]
 
 
+def stall_cases(data):
+    """(description, command, rank to stop with SIGSTOP after epoch 1) for the watchdog's cases."""
+    long_run = [sys.executable, "main.py"]
+    options = ["--epochs", "100000", "--batches", "300", "--layers", "784,32,10", "--data-dir", data,
+               "--stall-timeout", str(STALL_TIMEOUT)]
+    mpi = [mpiexec_command(), "-n"]
+    return [
+        ("rank 2 of 3 stopped (sync, ring)", mpi + ["3"] + long_run + ["sync"] + options, 2),
+        ("rank 1 of 3 stopped (sync, MPI Allreduce)",
+         mpi + ["3"] + long_run + ["sync", "--allreduce", "mpi"] + options, 1),
+        ("a worker stopped, rank 3 of 4 (async 2)", mpi + ["4"] + long_run + ["async", "2"] + options, 3),
+        ("a master stopped, rank 1 of 4 (async 2)", mpi + ["4"] + long_run + ["async", "2"] + options, 1),
+    ]
+
+
+def run_stalled(command, victim, data):
+    """-> (the watchdog's line, exit code, seconds from the stop to the end), or a hang report."""
+    code, seconds, stderr = stop_rank_and_wait(command, victim, data, TIMEOUT)
+    if code is None:
+        return "HUNG", None, seconds
+    shown = next((line for line in stderr.splitlines() if "stall watchdog" in line), stderr.strip())
+    return shown.split("; ending")[0], code, seconds
+
+
 def run(command):
     """-> (first stderr line, exit code, seconds), or a hang report after TIMEOUT seconds."""
     start = time.monotonic()
@@ -80,6 +107,10 @@ def main():
             shown, code, seconds = run(command)
             shown = shown.replace(data, "DATA").replace(corrupt, "DIR").replace("|", "\\|")
             print(f"| {description} | `{shown}` | {code} | {seconds:.1f} |", flush=True)
+        for description, command, victim in stall_cases(data):
+            shown, code, seconds = run_stalled(command, victim, data)
+            print(f"| {description}, --stall-timeout {STALL_TIMEOUT} | `{shown}` | {code} | "
+                  f"{seconds:.1f} after the stop |", flush=True)
 
 
 if __name__ == "__main__":

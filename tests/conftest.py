@@ -3,6 +3,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -36,6 +37,53 @@ def run_mpi(processes, script, *args, timeout=MPI_TIMEOUT, env=None):
 def run_python(script, *args, timeout=MPI_TIMEOUT, env=None):
     """python `script` `args` without a launcher -> CompletedProcess."""
     return run_command([sys.executable, script, *map(str, args)], timeout=timeout, env=env)
+
+
+def rank_pid(marker, rank):
+    """The pid of the process of MPI `rank` whose command line holds `marker` (read from /proc)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                command = f.read()
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environment = f.read().split(b"\0")
+        except OSError:
+            continue
+        if marker.encode() in command and f"PMI_RANK={rank}".encode() in environment:
+            return int(pid)
+    raise AssertionError(f"no process of rank {rank} found")
+
+
+def stop_rank_and_wait(command, victim, marker, timeout):
+    """Start `command` (an MPI job printing 'Epoch 1' first), SIGSTOP rank `victim` once it has
+    printed it -> (exit code, seconds from the stop to the job's end, stderr); code None: hung.
+
+    marker: a string in the ranks' command lines (e.g. the data folder) that finds their pids.
+    """
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    job = subprocess.Popen(command, cwd=PROJECT_DIR, env=env, text=True, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, start_new_session=True)
+    pid = None
+    try:
+        first = job.stdout.readline()
+        if not first.startswith("Epoch 1"):
+            return job.wait(), 0.0, first + job.stderr.read()
+        pid = rank_pid(marker, victim)
+        os.kill(pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        try:
+            _, stderr = job.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None, time.monotonic() - stopped, ""
+        return job.returncode, time.monotonic() - stopped, stderr
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def synthetic_digits(count=200, pixels=20, seed=7):

@@ -4,15 +4,11 @@ Each test starts a long run on small synthetic data, waits for rank 0's first ep
 rank with SIGSTOP and times how long the job takes to end. A healthy run with a short timeout must
 finish normally: the watchdog never fires on a slow but healthy job.
 """
-import os
-import signal
-import subprocess
 import sys
-import time
 
 import pytest
 
-from conftest import PROJECT_DIR, run_mpi, write_mnist_like
+from conftest import run_mpi, stop_rank_and_wait, write_mnist_like
 from utils import mpiexec_command
 
 STALL_TIMEOUT = 3.0
@@ -20,47 +16,14 @@ GRACE = 10.0  # the issue's bound: the job ends within timeout + 10 s
 LONG_RUN = ["--epochs", "100000", "--batches", "300", "--layers", "784,32,10", "--seed", "1"]
 
 
-def rank_pid(marker, rank):
-    """The pid of the process of `rank` whose command line holds `marker` (read from /proc)."""
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                command = f.read()
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                environment = f.read().split(b"\0")
-        except OSError:
-            continue
-        if marker.encode() in command and b"main.py" in command and \
-                f"PMI_RANK={rank}".encode() in environment:
-            return int(pid)
-    raise AssertionError(f"no process of rank {rank} found")
-
-
 def stall(processes, victim, mode_args, data):
     """Start the run, SIGSTOP `victim` after epoch 1 -> (exit code, seconds to end, stderr)."""
     command = [mpiexec_command(), "-n", str(processes), sys.executable, "main.py", *mode_args,
                *LONG_RUN, "--data-dir", data, "--stall-timeout", str(STALL_TIMEOUT)]
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    job = subprocess.Popen(command, cwd=PROJECT_DIR, env=env, text=True, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, start_new_session=True)
-    pid = None
-    try:
-        first = job.stdout.readline()
-        assert first.startswith("Epoch 1"), first + job.stderr.read()
-        pid = rank_pid(data, victim)
-        os.kill(pid, signal.SIGSTOP)
-        stopped = time.monotonic()
-        _, stderr = job.communicate(timeout=STALL_TIMEOUT + GRACE + 20)
-        return job.returncode, time.monotonic() - stopped, stderr
-    except subprocess.TimeoutExpired:
-        pytest.fail("the job still hangs with a stopped rank")
-    finally:
-        os.killpg(job.pid, signal.SIGKILL) if job.poll() is None else None
-        if pid is not None:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    code, seconds, stderr = stop_rank_and_wait(command, victim, data, STALL_TIMEOUT + GRACE + 20)
+    if code is None:
+        pytest.fail(f"the job still hangs with a stopped rank\n{stderr}")
+    return code, seconds, stderr
 
 
 @pytest.fixture(scope="module")
