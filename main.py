@@ -108,12 +108,24 @@ def parse_args(argv=None):
     sync.add_argument("--scaling", choices=["strong", "weak"], default="strong",
                       help="strong: split each mini-batch over the ranks (Amdahl); weak: a whole "
                            "mini-batch per rank, fewer steps per epoch (Gustafson) (default strong)")
+    sync.add_argument("--exchange", choices=["gradients", "factors", "auto"], default="gradients",
+                      help=EXCHANGE_HELP)
     add_wait_argument(sync)
     asynchronous = modes.add_parser("async", parents=[common], help="asynchronous parameter server")
     add_wait_argument(asynchronous)
     asynchronous.add_argument("masters", type=bounded(int, 1), help="number of master processes")
     add_async_arguments(asynchronous)
     return parser.parse_args(argv)
+
+
+EXCHANGE_HELP = (
+    "what the ranks exchange each step. gradients: allreduce the whole gradient, 109,386 numbers "
+    "for the default network whatever the batch (the course's design). factors: allgather each "
+    "sample's layer inputs and deltas (sufficient factors), 1,178 numbers per sample for the "
+    "default network, from which every rank computes the serial network's gradient bit for bit; "
+    "the message grows with the samples per step, so factors are smaller only below about 93 "
+    "samples per step (global batch: --batch-size, times the processes with --scaling weak). "
+    "auto: whichever message has fewer elements (default gradients)")
 
 
 def add_wait_argument(parser):
@@ -164,14 +176,14 @@ def build_network(args, seed):
 
 def build_sync_network(args, settings):
     """SynchronicNeuralNetwork over the allreduce the user chose (ring, naive or MPI's)."""
-    settings.update(scaling=args.scaling, wait=args.wait)
+    settings.update(scaling=args.scaling, wait=args.wait, exchange=args.exchange)
     if args.allreduce == "mpi":
         from sync_network_collective import SynchronicNeuralNetwork
         return SynchronicNeuralNetwork(**settings)
     from sync_network import SynchronicNeuralNetwork
     if args.allreduce == "naive":
-        from my_naive_allreduce import allreduce
-        return SynchronicNeuralNetwork(**settings, allreduce=allreduce)
+        from my_naive_allreduce import allgather, allreduce
+        return SynchronicNeuralNetwork(**settings, allreduce=allreduce, allgather=allgather)
     return SynchronicNeuralNetwork(**settings)
 
 
@@ -223,13 +235,15 @@ def train(args, comm):
     network.fit(training_data, validation_data, checkpoint=args.checkpoint)
     elapsed = time.perf_counter() - start
     memory = comm.gather(peak_rss_mb(), root=0) if comm is not None else [peak_rss_mb()]
+    finished = network.epoch >= network.epochs  # the same on every rank
+    correct = network.evaluate(test_data) if finished else None  # sync: every rank takes a share
     if not network.is_root:
         return
-    if network.epoch < network.epochs:
+    if not finished:
         print(f"Stopped on SIGTERM after epoch {network.epoch} of {network.epochs}; "
               f"resume with --resume {args.checkpoint}", flush=True)
         return
-    accuracy = 100.0 * network.validate(test_data) / len(test_data[0])
+    accuracy = 100.0 * correct / len(test_data[0])
     print(f"Time {args.mode}: {elapsed:.2f}")
     print(f"Test Accuracy: {accuracy:.2f}%", flush=True)
     if args.save:

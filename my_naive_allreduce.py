@@ -1,6 +1,7 @@
 """Naive allreduce over point-to-point MPI: every process sends its whole array to every other one.
 
     allreduce(send, recv, comm, op)
+    allgather(send, recv, counts, comm)
 
 Each process posts p - 1 receives into a reusable buffer, sends its array to the p - 1 others,
 waits for everything (by the communicator's wait policy, see waiting.py), then reduces the p arrays in
@@ -8,10 +9,14 @@ rank order x0 op x1 op ... op x(p-1). Every rank evaluates that same expression 
 so every rank ends with the same bits. Each process sends (p - 1)n elements, p(p - 1)n in total;
 the ring sends under 2n per process whatever p is (see my_ring_allreduce.py).
 
+The allgather (MPI's Allgatherv) is the same everyone-to-everyone pattern without the reduction:
+rank r sends its counts[r] elements to the p - 1 others, which receive them straight into their
+place in recv, so every rank sends (p - 1) counts[r] elements and the blocks arrive in one round.
+
 The contract helpers shared with the ring (argument checks, the op as an in-place reduction,
 flat views and cached scratch buffers) live here too.
 """
-__all__ = ["allreduce"]
+__all__ = ["allreduce", "allgather"]
 
 import numpy as np
 from mpi4py import MPI
@@ -19,6 +24,7 @@ from mpi4py import MPI
 from waiting import waiter_for
 
 NAIVE_TAG = 7301
+NAIVE_GATHER_TAG = 7304
 
 # MPI's built-in ops as numpy ufuncs, so a reduction can write into its output (out=).
 MPI_UFUNCS = ((MPI.SUM, np.add), (MPI.PROD, np.multiply), (MPI.MAX, np.maximum), (MPI.MIN, np.minimum))
@@ -66,6 +72,53 @@ def reduction(op):
     def reduce(x, y, out):
         out[...] = op(x, y)
     return reduce
+
+
+def check_blocks(send, recv, counts, size, rank):
+    """Raise ValueError unless the allgather's arguments fit -> counts as a tuple of ints.
+
+    counts: p non-negative block sizes; send: counts[rank] elements; recv: sum(counts) elements of
+    send's dtype. Checked before any message, so a bad call fails on its own rank.
+    """
+    if not isinstance(send, np.ndarray) or not isinstance(recv, np.ndarray):
+        raise ValueError(f"send and recv must be numpy arrays, got {type(send).__name__} "
+                         f"and {type(recv).__name__}")
+    try:
+        counts = tuple(int(count) for count in counts)
+    except (TypeError, ValueError):
+        raise ValueError(f"counts must be a sequence of integers, got {counts!r}") from None
+    if len(counts) != size or min(counts) < 0:
+        raise ValueError(f"counts must be {size} non-negative integers (one per rank), got {counts}")
+    if send.size != counts[rank]:
+        raise ValueError(f"send holds {send.size} elements, counts[{rank}] says {counts[rank]}")
+    if recv.size != sum(counts):
+        raise ValueError(f"recv holds {recv.size} elements, the counts add up to {sum(counts)}")
+    if send.dtype != recv.dtype:
+        raise ValueError(f"send and recv dtypes differ: {send.dtype} and {recv.dtype}")
+    if send.dtype.kind not in "biufc":
+        raise ValueError(f"dtype must be numeric, got {send.dtype}")
+    if not recv.flags.writeable:
+        raise ValueError("recv is read-only")
+    return counts
+
+
+def place_block(send, recv, block):
+    """-> a flat result buffer (recv's memory when possible) holding send at slice `block`.
+
+    Nothing is copied when send already is that block of recv (the caller computed it in place).
+    """
+    result = flat_output(recv)
+    mine = result[block]
+    if mine.size and not same_memory(send, mine):
+        mine[...] = flat_input(send, recv)
+    return result
+
+
+def same_memory(array, view):
+    """Whether `array` is the contiguous `view` itself: same first byte, same size, contiguous."""
+    address = array.__array_interface__["data"][0]
+    return (array.flags.c_contiguous and array.dtype == view.dtype and array.size == view.size
+            and address == view.__array_interface__["data"][0])
 
 
 def prepare(send, recv, op):
@@ -138,4 +191,26 @@ def allreduce(send, recv, comm, op):
     reduce(rows[0], rows[1], out=result)
     for row in rows[2:]:
         reduce(result, row, out=result)
+    store(result, recv)
+
+
+def allgather(send, recv, counts, comm):
+    """Fill recv with every rank's send in rank order (MPI's Allgatherv with displacements packed).
+
+    counts: elements each rank contributes (p non-negative ints, the same on every rank; zeros
+    allowed). send: this rank's counts[rank] elements, any shape; recv: sum(counts) elements of
+    send's dtype, any shape, filled in place. send is not modified. Raises ValueError before
+    communicating if the arguments do not fit.
+    """
+    global bytes_sent
+    size, rank = comm.Get_size(), comm.Get_rank()
+    counts = check_blocks(send, recv, counts, size, rank)
+    ends = np.cumsum((0,) + counts)
+    result = place_block(send, recv, slice(ends[rank], ends[rank + 1]))
+    mine = result[ends[rank]:ends[rank + 1]]
+    others = [r for r in range(size) if r != rank]
+    requests = [comm.Irecv(result[ends[r]:ends[r + 1]], source=r, tag=NAIVE_GATHER_TAG) for r in others]
+    requests += [comm.Isend(mine, dest=r, tag=NAIVE_GATHER_TAG) for r in others]
+    bytes_sent += len(others) * mine.nbytes
+    waiter_for(comm).all(requests, ("allgather", 0, None))
     store(result, recv)

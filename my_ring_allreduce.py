@@ -34,12 +34,30 @@ receive before its send and waits only for the receive, so a rank depends on its
 alone; sends are completed at the end of the phase. How a rank waits is the communicator's wait
 policy (waiting.py): MPI's busy-polling wait with a core per rank, yielding the core when ranks
 outnumber the cores, where a spinning wait would hold the core the neighbour needs.
+
+The allgather phase on its own, with blocks of any sizes, is an allgather (MPI's Allgatherv):
+
+    ringallgather(send, recv, counts, comm)
+
+Rank r's block of counts[r] elements (zero allowed) goes to offset sum(counts[:r]) of every recv.
+At step k rank r passes block r - k to its right and receives block r - k - 1 from its left, so
+after p - 1 steps every rank holds every block. For p = 4, the block each rank sends:
+
+    step            0      1      2
+    rank 0          0      3      2
+    rank 1          1      0      3
+    rank 2          2      1      0
+    rank 3          3      2      1
+
+Rank r sends every block but block r + 1, sum(counts) - counts[r + 1] elements; the blocks are
+copied, never combined, so every rank holds the same bits. When send already is rank r's block of
+recv (a network that computes its rows in place) nothing is copied before the ring starts.
 """
-__all__ = ["ringallreduce"]
+__all__ = ["ringallreduce", "ringallgather"]
 
 import functools
 
-from my_naive_allreduce import prepare, store
+from my_naive_allreduce import check_blocks, place_block, prepare, store
 from utils import even_bounds
 from waiting import waiter_for
 
@@ -66,9 +84,27 @@ def ring_schedule(count, size, rank):
     chunk = [slice(ends[c], ends[c + 1]) for c in range(size)]
     reduce_scatter_steps = tuple((chunk[(rank - step) % size], chunk[(rank - step - 1) % size])
                                  for step in range(size - 1))
-    allgather_steps = tuple((chunk[(rank + 1 - step) % size], chunk[(rank - step) % size])
-                            for step in range(size - 1))
-    return reduce_scatter_steps, allgather_steps
+    return reduce_scatter_steps, allgather_schedule(chunk, rank + 1)
+
+
+def allgather_schedule(chunk, owned):
+    """Per step, (slice to send, slice to receive) for the rank that starts holding chunk `owned`.
+
+    It passes on what it received the step before: chunk owned - k at step k.
+    """
+    size = len(chunk)
+    return tuple((chunk[(owned - step) % size], chunk[(owned - step - 1) % size])
+                 for step in range(size - 1))
+
+
+@functools.lru_cache(maxsize=256)
+def gather_schedule(counts, rank):
+    """-> (this rank's block, allgather steps) for blocks of `counts` elements laid end to end."""
+    ends = [0]
+    for count in counts:
+        ends.append(ends[-1] + count)
+    block = [slice(ends[b], ends[b + 1]) for b in range(len(counts))]
+    return block[rank], allgather_schedule(block, rank)
 
 
 def reduce_scatter(source, result, comm, send_to, recv_from, steps, reduce, waiter):
@@ -88,11 +124,15 @@ def reduce_scatter(source, result, comm, send_to, recv_from, steps, reduce, wait
         waiter.all([receive], ("reduce_scatter", step, recv_from))
         reduce(partial, source[recv_chunk], out=partial)
         outgoing = result
-    waiter.all(sends, ("reduce_scatter", len(steps), send_to))  # the allgather overwrites them
+    waiter.all(sends, ("reduce_scatter", len(steps) - 1, send_to))  # the allgather overwrites them
 
 
 def allgather(result, comm, send_to, recv_from, steps, waiter):
-    """Pass the reduced chunks around the ring until every rank holds all of `result`."""
+    """Pass the chunks around the ring until every rank holds all of `result`.
+
+    The ring allreduce's second phase (each rank starts with its reduced chunk) and ringallgather
+    (each rank starts with its own block): `steps` says which slice goes and which comes.
+    """
     global bytes_sent
     sends = []
     for step, (send_chunk, recv_chunk) in enumerate(steps):
@@ -101,7 +141,7 @@ def allgather(result, comm, send_to, recv_from, steps, waiter):
         sends.append(comm.Isend(message, send_to, ALLGATHER_TAG))
         bytes_sent += message.nbytes
         waiter.all([receive], ("allgather", step, recv_from))
-    waiter.all(sends, ("allgather", len(steps), send_to))
+    waiter.all(sends, ("allgather", len(steps) - 1, send_to))
 
 
 def ringallreduce(send, recv, comm, op):
@@ -123,4 +163,21 @@ def ringallreduce(send, recv, comm, op):
         waiter = waiter_for(comm)
         reduce_scatter(source, result, comm, send_to, recv_from, reduce_scatter_steps, reduce, waiter)
         allgather(result, comm, send_to, recv_from, allgather_steps, waiter)
+    store(result, recv)
+
+
+def ringallgather(send, recv, counts, comm):
+    """Fill recv with every rank's send in rank order (MPI's Allgatherv with displacements packed).
+
+    counts: elements each rank contributes (a sequence of p non-negative ints, the same on every
+    rank; zeros allowed). send: this rank's counts[rank] elements, any shape; recv: sum(counts)
+    elements of send's dtype, any shape, filled in place and never rebound; send is not
+    modified. Raises ValueError before communicating if the arguments do not fit.
+    """
+    size, rank = comm.Get_size(), comm.Get_rank()
+    counts = check_blocks(send, recv, counts, size, rank)
+    mine, steps = gather_schedule(counts, rank)
+    result = place_block(send, recv, mine)
+    if size > 1:
+        allgather(result, comm, (rank + 1) % size, (rank - 1) % size, steps, waiter_for(comm))
     store(result, recv)

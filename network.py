@@ -182,14 +182,23 @@ class NeuralNetwork:
         images, labels = data
         return int(np.count_nonzero(self.predict(images) == np.argmax(labels, axis=1)))
 
+    def evaluate(self, data):
+        """(images, one-hot labels) -> correct count on the root process (None on the others).
+
+        Every process calls it: here the root validates alone; a distributed network that shares
+        the work overrides it with a collective. validate(data) is always this process's own count.
+        """
+        return self.validate(data) if self.is_root else None
+
     def print_progress(self, validation_data, epoch):
         """On the root process, record and print the validation accuracy after `epoch` (0-based).
 
-        Prints 'Epoch 1, accuracy 91.47 %.'; other processes skip the evaluation altogether.
+        Prints 'Epoch 1, accuracy 91.47 %.'; every process calls it, for evaluate's sake.
         """
+        correct = self.evaluate(validation_data)
         if not self.is_root:
             return
-        accuracy = 100.0 * self.validate(validation_data) / len(validation_data[0])
+        accuracy = 100.0 * correct / len(validation_data[0])
         self.history.append(accuracy)
         print(f"Epoch {epoch + 1}, accuracy {accuracy:.2f} %.", flush=True)
 

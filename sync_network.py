@@ -1,48 +1,132 @@
-"""Synchronous data parallelism over our ring allreduce.
+"""Synchronous data parallelism over our ring allreduce (gradients) or ring allgather (factors).
 
-Every rank draws the same global mini-batch (shared seed), computes the gradient of its own rows,
-the ranks sum the flat gradient buffer with one allreduce, and every rank applies the same update,
-so all ranks hold bit-identical parameters after every step.
+Every rank draws the same global mini-batch (shared seed) and works on its own rows of it. Then
+one of two exchanges, and every rank applies the same update, so all ranks hold bit-identical
+parameters after every step:
+
+    gradients   each rank computes the gradient of its rows; one allreduce sums the flat gradient
+                buffer (n = 109,386 numbers for the default network, whatever the batch).
+    factors     sufficient-factor broadcasting (Xie et al. 2016; Poseidon, Zhang et al. 2017).
+                A layer's batch gradient is a sum of outer products, nabla_w = A.T @ D and
+                nabla_b = D.sum(0), A holding the rows' inputs to the layer and D their deltas.
+                Each rank sends its rows of every A and D, n_in + n_out numbers per row per layer
+                (1,178 per sample for the default network), with one allgather; every rank then
+                computes the products over all rows in global row order, the very products of the
+                serial network, so the update is the serial update.
+
+Factors pay while batch * 1,178 < 109,386, below about 93 samples per step for the default network;
+exchange="auto" picks the smaller message by counting elements.
+
+Validation is shared too: each rank evaluates its share of the images and one tiny allreduce sums
+the correct counts (evaluate), so no rank idles while rank 0 evaluates alone.
 
     mpiexec -n 4 python3 main.py sync [--allreduce ring|naive|mpi] [--scaling strong|weak]
+                                      [--exchange gradients|factors|auto]
 """
 __all__ = ["SynchronicNeuralNetwork"]
 
 import math
 import secrets
+import sys
 import time
 
 import numpy as np
 from mpi4py import MPI
 
-from my_ring_allreduce import ringallreduce
+import my_naive_allreduce
+from my_ring_allreduce import ringallgather, ringallreduce
 from network import NeuralNetwork
-from utils import even_bounds, start_mpi
+from utils import even_bounds, sigmoid, start_mpi
 from waiting import Waiter
+from watchdog import DEFAULT_STALL_TIMEOUT, Watchdog
 
 WEAK_STEP_GROWTH_CAP = 2  # weak scaling: the summed-gradient step may grow at most this much
+EXCHANGES = ("gradients", "factors", "auto")
+# Each allreduce's allgather, so a network built with allreduce=X gathers factors the same way.
+COMPANION_ALLGATHER = {ringallreduce: ringallgather,
+                       my_naive_allreduce.allreduce: my_naive_allreduce.allgather}
+
+
+class FactorBuffer:
+    """The sufficient factors of one step: every layer's input rows A_l and deltas D_l, one buffer.
+
+    factors (batch, width): one contiguous buffer, a row per sample in global row order,
+        [ a_0 | a_1 | ... | a_(L-1) | d_0 | d_1 | ... | d_(L-1) ],  width = sum_l n_in + n_out,
+    so rank r's rows rows[r]:rows[r+1] are one contiguous block (`mine`), and the allgather, with
+    counts = rows per rank * width, fills the other ranks' blocks around it.
+    inputs[l], deltas[l]: A_l (batch, n_in) and D_l (batch, n_out), strided views over all rows.
+    my_rows: this rank's rows, the block it sends; work_rows: the rows it computes (see widened).
+    activations[l] (work, n_l), local_deltas[l] (work, n_(l+1)), slopes[l]: contiguous arrays for
+    the passes over work_rows, so every elementwise step runs on contiguous memory as in the serial
+    network (numpy copies a strided operand of an in-place ufunc); pack() then copies the factors
+    of my_rows into my block, the only strided writes.
+    """
+
+    def __init__(self, sizes, batch, size, rank, dtype):
+        layers = list(zip(sizes[:-1], sizes[1:]))
+        self.width = sum(n_in + n_out for n_in, n_out in layers)
+        rows = even_bounds(batch, size)
+        self.counts = tuple((rows[r + 1] - rows[r]) * self.width for r in range(size))
+        self.factors = np.empty((batch, self.width), dtype=dtype)
+        self.flat = self.factors.reshape(-1)
+        self.my_rows = slice(rows[rank], rows[rank + 1])
+        self.mine = self.factors[self.my_rows].reshape(-1)  # a view: whole rows of a C-order buffer
+        columns = np.cumsum([0] + [n_in for n_in, _ in layers] + [n_out for _, n_out in layers])
+        views = [self.factors[:, start:end] for start, end in zip(columns[:-1], columns[1:])]
+        self.inputs, self.deltas = views[:len(layers)], views[len(layers):]
+        self.work_rows = work = widened(self.my_rows, batch)
+        count = work.stop - work.start
+        self.activations = [np.empty((count, n), dtype) for n in sizes]
+        self.local_deltas = [np.empty((count, n), dtype) for n in sizes[1:]]
+        self.slopes = [np.empty((count, n), dtype) for n in sizes[1:]]
+        self.packed = slice(self.my_rows.start - work.start, self.my_rows.stop - work.start)
+
+    def pack(self):
+        """Copy my rows' layer inputs and deltas into my block of the factor buffer."""
+        for source, target in zip(self.activations[:-1] + self.local_deltas, self.inputs + self.deltas):
+            target[self.my_rows] = source[self.packed]
+
+
+def widened(rows, batch):
+    """A lone row widened to two (with a neighbour) when the batch has two: else `rows` itself.
+
+    numpy hands a one-row product to BLAS's matrix-vector routine, which sums in another order
+    than the matrix-matrix one the serial network uses on the whole batch; computing a neighbour's
+    row too (not packed, not sent) keeps the lone row's bits the serial ones.
+    """
+    if rows.stop - rows.start != 1 or batch < 2:
+        return rows
+    return slice(rows.start, rows.stop + 1) if rows.stop < batch else slice(rows.start - 1, rows.stop)
 
 
 class SynchronicNeuralNetwork(NeuralNetwork):
-    """Data-parallel SGD: gradients of each rank's share of the mini-batch, summed by an allreduce.
+    """Data-parallel SGD: each rank works on its share of the mini-batch; the exchange makes the sum.
 
     scaling="strong" (Amdahl): the global mini-batch of mini_batch_size samples is split over the
     ranks, and p ranks compute exactly the serial network's steps (up to float rounding). A rank
-    whose share is empty (mini_batch_size < p) contributes a zero gradient.
+    whose share is empty (mini_batch_size < p) contributes a zero gradient (or no factor rows).
     scaling="weak" (Gustafson): each rank takes a whole mini_batch_size, so a step sees p times the
     samples, and an epoch has ceil(number_of_batches / p) steps to cover the same samples. The
     gradient is a sum, so keeping `learning_rate` would grow the step p-fold with the batch (the
     linear scaling rule); that diverged here from p = 4 on, so the growth is capped at twofold:
     the weak step uses learning_rate * min(1, 2 / p) (measurements in the README).
+    exchange: "gradients" (allreduce the gradient, the course's design), "factors" (allgather the
+    sufficient factors; see the module docstring) or "auto" (whichever message has fewer elements).
     allreduce(send, recv, comm, op): the function that sums the gradients (ringallreduce by default).
+    allgather(send, recv, counts, comm): the one that gathers the factors; by default the one
+    beside the allreduce (ringallgather for ringallreduce, the naive one for the naive allreduce).
     wait: how ranks wait for messages, "spin", "yield" or "auto" (see waiting.py).
+    stall_timeout: seconds one wait may last before the job is ended as stalled; 0 = never.
     """
 
     def __init__(self, sizes=(), learning_rate=1.0, mini_batch_size=16, number_of_batches=16,
                  epochs=10, matmul=np.matmul, seed=None, dtype=np.float64, scaling="strong",
-                 allreduce=ringallreduce, comm=None, wait="auto"):
+                 allreduce=ringallreduce, comm=None, wait="auto",
+                 stall_timeout=DEFAULT_STALL_TIMEOUT, exchange="gradients", allgather=None):
         if scaling not in ("strong", "weak"):
             raise ValueError(f"scaling must be 'strong' or 'weak', got {scaling!r}")
+        if exchange not in EXCHANGES:
+            raise ValueError(f"exchange must be one of {', '.join(EXCHANGES)}, got {exchange!r}")
         self.comm = comm if comm is not None else start_mpi().COMM_WORLD
         # Every rank must start from the same parameters and draw the same mini-batches.
         seed = self.comm.bcast(seed if seed is not None else secrets.randbits(32), root=0)
@@ -50,20 +134,41 @@ class SynchronicNeuralNetwork(NeuralNetwork):
                          seed, dtype)
         self.comm.Bcast(self.params, root=0)
         self.waiter = Waiter(self.comm, wait)  # every wait of the allreduce on comm follows it
+        self.stall_timeout = stall_timeout
         self.rank, self.size = self.comm.rank, self.comm.size
         self.is_root = self.rank == 0
         self.scaling = scaling
         self.allreduce = allreduce
-        self.reduced = np.empty_like(self.grads)  # the summed gradient, filled by the allreduce
+        self.allgather = allgather if allgather is not None else COMPANION_ALLGATHER.get(allreduce)
+        self.exchange = self.choose_exchange(exchange)
+        if self.exchange == "factors" and self.allgather is None:
+            raise ValueError("exchange='factors' with an allreduce of your own: pass allgather= too")
+        exchanged = self.allgather if self.exchange == "factors" else self.allreduce
+        # The exchange's module counts the bytes its sends are given (bytes_sent), if it does.
+        self.sent_counter = sys.modules.get(getattr(exchanged, "__module__", None))
+        self.factor_buffers = {}  # global batch size -> FactorBuffer (one, unless batches vary)
+        self.reduced = np.empty_like(self.grads) if self.exchange == "gradients" else None
         self.step_size = self.learning_rate
         if scaling == "weak":
             self.step_size *= min(1, WEAK_STEP_GROWTH_CAP / self.size)
-        self.compute_time = self.communication_time = 0.0
+        self.compute_time = self.communication_time = self.evaluation_time = 0.0
+        self.bytes_sent = 0  # passed to sends by the exchange, read off its module's counter
         self.steps = 0
 
     def global_batch_size(self):
         """Samples in one step over all ranks."""
         return self.mini_batch_size * (self.size if self.scaling == "weak" else 1)
+
+    def factor_width(self):
+        """Numbers per sample in the factor message: n_in + n_out summed over the layers."""
+        return sum(n_in + n_out for n_in, n_out in zip(self.sizes[:-1], self.sizes[1:]))
+
+    def choose_exchange(self, exchange):
+        """"auto" -> whichever of the two messages has fewer elements at this global batch size."""
+        if exchange != "auto":
+            return exchange
+        factors = self.global_batch_size() * self.factor_width()
+        return "factors" if factors < self.parameter_count() else "gradients"
 
     def steps_per_epoch(self):
         """Steps in one epoch: all of number_of_batches (strong), or a p-th of it rounded up (weak)."""
@@ -79,7 +184,17 @@ class SynchronicNeuralNetwork(NeuralNetwork):
             self.update_mini_batch(data[chosen], labels[chosen])
 
     def update_mini_batch(self, x, y):
-        """One step on the global mini-batch (x, y): local gradient of my rows, allreduce, update."""
+        """One step on the global mini-batch (x (batch, n_0), y (batch, n_L)), by the chosen exchange."""
+        sent_before = getattr(self.sent_counter, "bytes_sent", 0)
+        if self.exchange == "factors":
+            self.step_by_factors(x, y)
+        else:
+            self.step_by_gradients(x, y)
+        self.bytes_sent += getattr(self.sent_counter, "bytes_sent", 0) - sent_before
+        self.steps += 1
+
+    def step_by_gradients(self, x, y):
+        """Local gradient of my rows, allreduce of the whole gradient buffer, update."""
         start = time.perf_counter()
         rows = even_bounds(len(x), self.size)
         mine = slice(rows[self.rank], rows[self.rank + 1])
@@ -91,14 +206,113 @@ class SynchronicNeuralNetwork(NeuralNetwork):
         self.params -= self.reduced
         self.compute_time += (middle - start) + (time.perf_counter() - end)
         self.communication_time += end - middle
-        self.steps += 1
+
+    def step_by_factors(self, x, y):
+        """Factors of my rows, one allgather of everyone's, the serial network's products, update."""
+        start = time.perf_counter()
+        buffer = self.factor_buffer(len(x))
+        self.forward_factors(x[buffer.work_rows], buffer)
+        self.backward_factors(y[buffer.work_rows], buffer)
+        buffer.pack()
+        middle = time.perf_counter()
+        self.allgather(buffer.mine, buffer.flat, buffer.counts, self.comm)
+        end = time.perf_counter()
+        self.gradient_from_factors(buffer)
+        self.params -= self.grads
+        self.compute_time += (middle - start) + (time.perf_counter() - end)
+        self.communication_time += end - middle
+
+    # ------------------------------------------------------------------ sufficient factors
+
+    def factor_buffer(self, batch):
+        """The FactorBuffer for a global batch of `batch` rows (built once per batch size)."""
+        buffer = self.factor_buffers.get(batch)
+        if buffer is None:
+            buffer = self.factor_buffers[batch] = FactorBuffer(self.sizes, batch, self.size,
+                                                               self.rank, self.dtype)
+        return buffer
+
+    def forward_factors(self, x, buffer):
+        """Forward pass of my rows x (rows, n_0) into buffer.activations, as forward_prop computes it."""
+        a = buffer.activations[0]
+        a[...] = x  # cast in place: a ufunc casting on the way would allocate a converted copy
+        if np.issubdtype(x.dtype, np.integer):  # pixel bytes, scaled as utils.as_inputs does
+            a *= 1 / 255
+        for w, b, z in zip(self.weights, self.biases, buffer.activations[1:]):
+            self._product_into(a, w, z)
+            z += b
+            a = sigmoid(z, out=z)
+
+    def backward_factors(self, y, buffer):
+        """Deltas of my rows (targets y (rows, n_L)), scaled by the step as back_prop computes them."""
+        output, delta = buffer.activations[-1], buffer.local_deltas[-1]
+        delta[...] = y  # the targets cast in place, then a - y as back_prop computes it
+        np.subtract(output, delta, out=delta)
+        delta *= self.slope(output, buffer.slopes[-1])
+        if self.step_size != 1.0:
+            delta *= self.step_size
+        for layer in reversed(range(1, len(self.weights))):
+            below = buffer.local_deltas[layer - 1]
+            self._product_into(delta, self.weights[layer].T, below)
+            below *= self.slope(buffer.activations[layer], buffer.slopes[layer - 1])
+            delta = below
+
+    @staticmethod
+    def slope(a, out):
+        """sigma'(z) = a * (1 - a) from the activations a, into `out` (no allocation)."""
+        np.subtract(1, a, out=out)
+        out *= a
+        return out
+
+    def gradient_from_factors(self, buffer):
+        """nabla_w = A.T @ D and nabla_b = D.sum(0) per layer, over all rows in global row order."""
+        for a, d, nabla_w, nabla_b in zip(buffer.inputs, buffer.deltas, self.nabla_w, self.nabla_b):
+            self._product_into(a.T, d, nabla_w)
+            np.sum(d, axis=0, out=nabla_b)
+
+    # ------------------------------------------------------------------ shared evaluation
+
+    def evaluate(self, data):
+        """(images, one-hot labels) -> correct count over all of data, on every rank (collective).
+
+        Each rank validates its share of the images; one allreduce of one integer sums the counts.
+        validate(data) stays this rank's own, non-collective count of all of data.
+        """
+        images, labels = data
+        bounds = even_bounds(len(images), self.size)
+        mine = slice(bounds[self.rank], bounds[self.rank + 1])
+        correct = np.array([self.validate((images[mine], labels[mine]))], dtype=np.int64)
+        total = np.empty_like(correct)
+        if self.waiter.spins:
+            self.waiter.begin(("evaluate", self.epoch, None))  # watched by the stall watchdog
+            self.comm.Allreduce(correct, total, op=MPI.SUM)
+            self.waiter.end()
+        else:  # a rank done early gives its core to those still evaluating
+            self.waiter.all([self.comm.Iallreduce(correct, total, op=MPI.SUM)],
+                            ("evaluate", self.epoch, None))
+        return int(total[0])
+
+    def print_progress(self, validation_data, epoch):
+        """Every rank evaluates its share (evaluate); rank 0 records and prints the accuracy."""
+        start = time.perf_counter()
+        super().print_progress(validation_data, epoch)
+        self.evaluation_time += time.perf_counter() - start
+
+    # ------------------------------------------------------------------ control and figures
+
+    def watchdog(self):
+        """The stall watchdog that guards fit (see watchdog.py)."""
+        return Watchdog(self.waiter, self.stall_timeout, f"rank {self.rank}")
 
     def agree_to_stop(self):
         """Stop only if some rank was asked to, and then all together (one tiny collective per epoch)."""
-        return self.comm.allreduce(self.stop_requested, op=MPI.LOR)
+        return self.waiter.agree(self.stop_requested, ("epoch_end", self.epoch, None))
 
     def statistics(self):
-        """Rank 0's step count and time split into compute and communication, for --json."""
-        return {"scaling": self.scaling, "wait_policy": self.waiter.policy,
+        """Rank 0's step count, time split (compute, communication, evaluation) and elements sent."""
+        steps = max(self.steps, 1)
+        return {"scaling": self.scaling, "exchange": self.exchange, "wait_policy": self.waiter.policy,
                 "steps": self.steps, "step_size": self.step_size,
-                "compute_time": self.compute_time, "communication_time": self.communication_time}
+                "compute_time": self.compute_time, "communication_time": self.communication_time,
+                "evaluation_time": self.evaluation_time,
+                "elements_sent_per_step": self.bytes_sent / self.dtype.itemsize / steps}

@@ -12,8 +12,9 @@ from conftest import run_mpi, run_python, write_mnist_like
 
 EXPECTED_EXPORTS = {
     "network": ["NeuralNetwork"], "sync_network": ["SynchronicNeuralNetwork"],
-    "sync_network_collective": ["mpi_allreduce"], "async_network": ["AsynchronicNeuralNetwork"],
-    "my_naive_allreduce": ["allreduce"], "my_ring_allreduce": ["ringallreduce"],
+    "sync_network_collective": ["mpi_allgather", "mpi_allreduce"],
+    "async_network": ["AsynchronicNeuralNetwork"],
+    "my_naive_allreduce": ["allgather", "allreduce"], "my_ring_allreduce": ["ringallgather", "ringallreduce"],
 }
 
 
