@@ -35,6 +35,7 @@ from mpi4py import MPI
 
 import my_naive_allreduce
 from my_ring_allreduce import ringallgather, ringallreduce
+import network
 from network import NeuralNetwork
 from utils import even_bounds, sigmoid, start_mpi
 from waiting import Waiter
@@ -276,11 +277,15 @@ class SynchronicNeuralNetwork(NeuralNetwork):
         """(images, one-hot labels) -> correct count over all of data, on every rank (collective).
 
         Each rank validates its share of the images; one allreduce of one integer sums the counts.
-        validate(data) stays this rank's own, non-collective count of all of data.
+        The shares are whole evaluation chunks (network.EVALUATION_CHUNK rows, as predict cuts
+        them), so every image goes through the very products a single rank's evaluation uses and
+        the count is exactly validate's. validate(data) stays this rank's own, non-collective count.
         """
         images, labels = data
-        bounds = even_bounds(len(images), self.size)
-        mine = slice(bounds[self.rank], bounds[self.rank + 1])
+        chunk = network.EVALUATION_CHUNK
+        bounds = even_bounds(math.ceil(len(images) / chunk), self.size)
+        mine = slice(min(bounds[self.rank] * chunk, len(images)),
+                     min(bounds[self.rank + 1] * chunk, len(images)))
         correct = np.array([self.validate((images[mine], labels[mine]))], dtype=np.int64)
         total = np.empty_like(correct)
         if self.waiter.spins:

@@ -25,6 +25,7 @@ import my_naive_allreduce  # noqa: E402
 import sync_network  # noqa: E402
 import sync_network_collective  # noqa: E402
 from conftest import synthetic_digits  # noqa: E402
+import network as base  # noqa: E402
 from network import NeuralNetwork  # noqa: E402
 from sync_network import FactorBuffer  # noqa: E402
 from utils import even_bounds  # noqa: E402
@@ -123,6 +124,7 @@ def main():
                 "predicted": predicted_elements(name, network.global_batch_size(), comm.size)}
     network = sync_network.SynchronicNeuralNetwork(**settings)
     network.fit(data)
+    base.EVALUATION_CHUNK = 16  # 13 chunks of the 200 images to deal out (and a short last one)
     shared, alone = network.evaluate(data), network.validate(data)
     # 446 parameters against 70 factor numbers per row: factors are smaller up to 6 rows per step.
     auto = {rows: sync_network.SynchronicNeuralNetwork(**dict(settings, mini_batch_size=rows),
