@@ -122,7 +122,8 @@ EXCHANGE_HELP = (
     "what the ranks exchange each step. gradients: allreduce the whole gradient, 109,386 numbers "
     "for the default network whatever the batch (the course's design). factors: allgather each "
     "sample's layer inputs and deltas (sufficient factors), 1,178 numbers per sample for the "
-    "default network, from which every rank computes the serial network's gradient bit for bit; "
+    "default network, from which every rank computes the serial network's gradient (bit for bit "
+    "where the BLAS sums a row alike whatever the row count, see docs/sync-factors.md); "
     "the message grows with the samples per step, so factors are smaller only below about 93 "
     "samples per step (global batch: --batch-size, times the processes with --scaling weak). "
     "auto: whichever message has fewer elements (default gradients)")
