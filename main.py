@@ -27,6 +27,7 @@ import numpy as np  # noqa: E402
 
 from network import NeuralNetwork  # noqa: E402
 from utils import DataError, launcher_rank, load_mnist, peak_rss_mb  # noqa: E402
+from watchdog import DEFAULT_STALL_TIMEOUT  # noqa: E402
 
 INPUT_ERROR_EXIT = 2  # bad arguments or data, as argparse does
 FAILURE_EXIT = 1
@@ -130,7 +131,11 @@ EXCHANGE_HELP = (
 
 
 def add_wait_argument(parser):
-    """--wait: how a rank waits for messages (waiting.py)."""
+    """--wait: how a rank waits for messages (waiting.py); --stall-timeout: the watchdog."""
+    parser.add_argument("--stall-timeout", type=bounded(float, 0, "non-negative float"),
+                        default=DEFAULT_STALL_TIMEOUT, metavar="SECONDS",
+                        help="end the job, naming the rank and phase, when one wait for a message "
+                             f"lasts this long (a stalled peer); 0 = never (default {DEFAULT_STALL_TIMEOUT:g})")
     parser.add_argument("--wait", choices=["spin", "yield", "auto"], default="auto",
                         help="spin: MPI's busy-polling waits (fastest with a core per process); "
                              "yield: give the core away while waiting (for more processes than "
@@ -171,13 +176,14 @@ def build_network(args, seed):
         return AsynchronicNeuralNetwork(**settings, number_of_masters=args.masters,
                                         compensation=args.compensation,
                                         max_staleness=args.max_staleness, lr_rule=args.lr_rule,
-                                        wait=args.wait)
+                                        wait=args.wait, stall_timeout=args.stall_timeout)
     raise NotImplementedError(f"mode {args.mode} is not available yet")
 
 
 def build_sync_network(args, settings):
     """SynchronicNeuralNetwork over the allreduce the user chose (ring, naive or MPI's)."""
-    settings.update(scaling=args.scaling, wait=args.wait, exchange=args.exchange)
+    settings.update(scaling=args.scaling, wait=args.wait, stall_timeout=args.stall_timeout,
+                    exchange=args.exchange)
     if args.allreduce == "mpi":
         from sync_network_collective import SynchronicNeuralNetwork
         return SynchronicNeuralNetwork(**settings)

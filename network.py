@@ -14,6 +14,7 @@ import os
 import numpy as np
 
 from utils import as_inputs, as_targets, init_parameters, sigmoid, sigmoid_prime_from_activation
+from watchdog import Watchdog
 
 EVALUATION_CHUNK = 1000  # rows converted to floats at a time when evaluating (bounds memory);
 # the shared evaluation of the sync network deals whole chunks to the ranks: 10 for 10,000 images
@@ -150,15 +151,21 @@ class NeuralNetwork:
         Starts at `self.epoch` (non-zero after load_checkpoint). An epoch end is the safe point where
         a requested stop (stop_requested, set on SIGTERM) ends training, after the checkpoint.
         """
-        for epoch in range(self.epoch, self.epochs):
-            self.train_epoch(*training_data)
-            self.epoch = epoch + 1
-            if validation_data is not None:
-                self.print_progress(validation_data, epoch)
-            if checkpoint is not None:
-                self.save_checkpoint(checkpoint)
-            if self.agree_to_stop():
-                break
+        with self.watchdog() as watchdog:
+            for epoch in range(self.epoch, self.epochs):
+                self.train_epoch(*training_data)
+                self.epoch = epoch + 1
+                with watchdog.busy():  # long local work: the waiting ranks hear this one is alive
+                    if validation_data is not None:
+                        self.print_progress(validation_data, epoch)
+                    if checkpoint is not None:
+                        self.save_checkpoint(checkpoint)
+                if self.agree_to_stop():
+                    break
+
+    def watchdog(self):
+        """The stall watchdog that guards fit (watchdog.py): none serially, there are no peers."""
+        return Watchdog(None, 0, "")
 
     def agree_to_stop(self):
         """Whether training should stop now; distributed subclasses make every rank agree."""
