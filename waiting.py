@@ -4,6 +4,10 @@
             has a core of its own, since the message is picked up the moment it lands.
     yield   test the requests, give the core away (sched_yield), and after YIELDING_TESTS tries
             nap between tests (time.sleep(0) sleeps for the kernel's timer slack, about 50 us).
+            A yield lets a rank that needs the core run at once and costs microseconds when none
+            does; a nap adds up to 50 us to every message that lands during it. Synchronous steps
+            wait many times per step, so the naps come late: after 20 tries, sync on 4 ranks took
+            2.0-2.2 s for 2 epochs here, after 200 or 1000 tries 1.6-1.8 s, as fast as spinning.
             With more processes than cores the rank we wait for may need this very core: a
             spinning wait takes it from the rank that would send the message.
     auto    spin with a core per process, yield when the node holds more of the communicator's
@@ -23,7 +27,7 @@ from mpi4py import MPI
 __all__ = ["Waiter", "WAIT_POLICIES", "waiter_for", "oversubscribed"]
 
 WAIT_POLICIES = ("spin", "yield", "auto")
-YIELDING_TESTS = 20  # tests, each followed by a yield of the core, before waiting turns to naps
+YIELDING_TESTS = 1000  # tests, each followed by a yield of the core, before waiting turns to naps
 
 _waiters = {}  # communicator handle -> its Waiter
 
