@@ -181,6 +181,15 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
             self.work_epoch(data, labels)
         self.train_time += time.perf_counter() - start
 
+    def trace_into(self, tracer):
+        """Record spans into `tracer`; collective (aligns the ranks' clocks)."""
+        self.tracer = self.waiter.tracer = tracer
+        tracer.align_clock(self.comm)
+
+    def track_name(self):
+        role = f"master {self.rank}" if self.is_master else f"worker {self.worker}"
+        return f"rank {self.rank} ({role})"
+
     def watchdog(self):
         """The stall watchdog that guards fit (see watchdog.py), naming this rank by its role."""
         who = f"master {self.rank}" if self.is_master else f"worker {self.worker} (rank {self.rank})"
@@ -196,23 +205,30 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
 
     def work_epoch(self, data, labels):
         """This worker's share of the epoch: pull; then per mini-batch gradient, push, pull."""
-        batches = self.quota[self.worker]
+        batches, tracer = self.quota[self.worker], self.tracer
         if batches:
             self.exchange(self.pull_parameters(), "pull_parameters")
         for batch in range(batches):
             start = time.perf_counter()
+            span = tracer.begin("compute")
             chosen = self.rng.choice(len(data), self.mini_batch_size, replace=False)
             self.forward_prop(data[chosen])
             self.back_prop(labels[chosen], scale=self.learning_rate)
+            tracer.end(span)
             self.compute_time += time.perf_counter() - start
+            span = tracer.begin("push_gradients")
             pulls = self.pull_parameters() if batch < batches - 1 else []  # posted before the push
-            self.exchange(pulls + self.push_gradients(), "push_gradients")
+            requests = pulls + self.push_gradients()
+            tracer.end(span)
+            self.exchange(requests, "push_gradients")
             self.batches_done += 1
 
     def exchange(self, requests, phase):
         """Wait for this worker's sends and receives; the time counts as waiting."""
         start = time.perf_counter()
+        span = self.tracer.begin("pull_parameters")  # the wait: sends done, the fresh shards here
         self.waiter.all(requests, (phase, self.batches_done, None))
+        self.tracer.end(span)
         self.wait_time += time.perf_counter() - start
 
     def push_gradients(self):
@@ -245,11 +261,14 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
         self.release_waiting_workers()
         while updates < self.number_of_batches or grants_received < grants_expected:
             start = time.perf_counter()
+            span = self.tracer.begin("wait_gradient")
             index = self.waiter.any(self.grad_requests + [self.grant_request],
                                     ("wait_gradient", updates, None))
+            self.tracer.end(span)
             self.idle_time += time.perf_counter() - start
             assert index != MPI.UNDEFINED, "a receive is posted for every gradient still to come"
             if index == self.workers:  # a grant from master 0
+                self.tracer.end(self.tracer.begin("grant"))  # an instant: the grant arrived
                 self.grant_request = MPI.REQUEST_NULL
                 worker, version = self.grant_buffer
                 self.granted_at[worker] = version
@@ -279,6 +298,7 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
 
     def apply_gradient(self, worker):
         """shard -= factor * (compensated gradient); record the update's staleness."""
+        span = self.tracer.begin("apply_gradient")
         staleness = self.version - self.pulled_at[worker]
         self.staleness[self.version] = staleness
         gradient = self.grad_buffers[worker]
@@ -288,6 +308,7 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
         if factor != 1.0:
             gradient *= factor
         self.params[self.shard] -= gradient
+        self.tracer.end(span, int(staleness))
         self.version += 1
         self.pushed[worker] += 1
         self.computing[worker] = False
@@ -339,10 +360,12 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
 
     def send_parameters(self, worker):
         """Isend `worker` a copy of the shard (the shard itself changes with the next update)."""
+        span = self.tracer.begin("send_parameters")
         self.waiter.all([self.reply_requests[worker]], ("send_parameters", self.version, worker))
         self.reply_buffers[worker] = self.params[self.shard]
         self.reply_requests[worker] = self.comm.Isend(
             self.reply_buffers[worker], dest=self.masters + worker, tag=PARAM_TAG)
+        self.tracer.end(span)
         self.pulled_at[worker] = self.version
         self.computing[worker] = True
         if self.follows_grants:
@@ -355,6 +378,7 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
 
     def send_snapshot(self):
         """End of an epoch: every master's shard to rank 0, which then holds the whole model."""
+        span = self.tracer.begin("snapshot")
         if self.is_root:
             requests = [self.comm.Irecv(self.params[shard], source=master, tag=SNAPSHOT_TAG)
                         for master, shard in enumerate(self.shards) if master != 0]
@@ -362,6 +386,7 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
         else:
             request = self.comm.Isend(self.params[self.shard], dest=0, tag=SNAPSHOT_TAG)
             self.waiter.all([request], ("snapshot", self.epoch, 0))
+        self.tracer.end(span)
 
     # ------------------------------------------------------------------ figures
 

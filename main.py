@@ -27,6 +27,7 @@ import numpy as np  # noqa: E402
 
 from network import NeuralNetwork  # noqa: E402
 from utils import DataError, launcher_rank, load_mnist, peak_rss_mb  # noqa: E402
+from tracing import Tracer  # noqa: E402
 from watchdog import DEFAULT_STALL_TIMEOUT  # noqa: E402
 
 INPUT_ERROR_EXIT = 2  # bad arguments or data, as argparse does
@@ -93,6 +94,9 @@ def common_arguments():
                         help="after every epoch write model, position and random state to PATH "
                              "(atomically); on SIGTERM stop at the next epoch end and exit cleanly")
     output.add_argument("--resume", metavar="PATH", help="continue the run saved in checkpoint PATH")
+    output.add_argument("--trace", metavar="PATH",
+                        help="write a per-rank timeline of the run to PATH (Chrome trace-event JSON: "
+                             "drag it onto ui.perfetto.dev)")
     return common
 
 
@@ -236,11 +240,15 @@ def train(args, comm):
     data = agree_on_setup(comm, lambda: load_mnist(args.data_dir))
     network = agree_on_setup(comm, lambda: resumed_network(args, seed))
     training_data, validation_data, test_data = data
+    if args.trace:
+        network.trace_into(Tracer())
     if args.checkpoint:
         signal.signal(signal.SIGTERM, lambda signum, frame: setattr(network, "stop_requested", True))
     start = time.perf_counter()
     network.fit(training_data, validation_data, checkpoint=args.checkpoint)
     elapsed = time.perf_counter() - start
+    if args.trace:
+        network.tracer.write(args.trace, comm, network.track_name())
     memory = comm.gather(peak_rss_mb(), root=0) if comm is not None else [peak_rss_mb()]
     finished = network.epoch >= network.epochs  # the same on every rank
     correct = network.evaluate(test_data) if finished else None  # sync: every rank takes a share
@@ -265,7 +273,7 @@ def write_record(args, network, seed, comm, elapsed, accuracy, memory):
         "mode": args.mode,
         "processes": comm.size if comm is not None else 1,
         "settings": {key: value for key, value in vars(args).items()
-                     if key not in ("save", "json", "checkpoint", "resume")},
+                     if key not in ("save", "json", "checkpoint", "resume", "trace")},
         "resumed_from": args.resume,
         "seed": seed,
         "epoch_accuracy": network.history,

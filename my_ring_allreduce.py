@@ -161,8 +161,12 @@ def ringallreduce(send, recv, comm, op):
         send_to, recv_from = (rank + 1) % size, (rank - 1) % size
         reduce_scatter_steps, allgather_steps = ring_schedule(source.size, size, rank)
         waiter = waiter_for(comm)
+        span = waiter.tracer.begin("reduce_scatter")
         reduce_scatter(source, result, comm, send_to, recv_from, reduce_scatter_steps, reduce, waiter)
+        waiter.tracer.end(span)
+        span = waiter.tracer.begin("allgather")
         allgather(result, comm, send_to, recv_from, allgather_steps, waiter)
+        waiter.tracer.end(span)
     store(result, recv)
 
 

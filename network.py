@@ -14,6 +14,7 @@ import os
 import numpy as np
 
 from utils import as_inputs, as_targets, init_parameters, sigmoid, sigmoid_prime_from_activation
+from tracing import NULL_TRACER
 from watchdog import Watchdog
 
 EVALUATION_CHUNK = 1000  # rows converted to floats at a time when evaluating (bounds memory);
@@ -49,6 +50,7 @@ class NeuralNetwork:
         self.epoch = 0  # epochs completed
         self.stop_requested = False
         self.is_root = True  # the process that prints; distributed subclasses set it to rank == 0
+        self.tracer = NULL_TRACER  # a Tracer records the run's timeline (trace_into)
 
     def _check_settings(self):
         """Raise ValueError with a readable message for settings that cannot train."""
@@ -128,22 +130,29 @@ class NeuralNetwork:
 
     def update_mini_batch(self, x, y):
         """One SGD step on the mini-batch (x (batch, n_0), y (batch, n_L)): params -= eta * gradient."""
+        tracer = self.tracer
+        span = tracer.begin("forward")
         self.forward_prop(x)
+        tracer.end(span)
+        span = tracer.begin("backward")
         self.back_prop(y, scale=self.learning_rate)
+        tracer.end(span)
+        span = tracer.begin("update")
         self.params -= self.grads
+        tracer.end(span)
 
     # ------------------------------------------------------------------ training and evaluation
 
     def create_batches(self, data, labels, batch_size):
         """-> list of number_of_batches (x, y) mini-batches, each batch_size distinct random samples."""
-        count = len(data)
-        if batch_size > count:
-            raise ValueError(f"mini-batch of {batch_size} from only {count} samples")
-        batches = []
-        for _ in range(self.number_of_batches):
-            chosen = self.rng.choice(count, batch_size, replace=False)
-            batches.append((data[chosen], labels[chosen]))
-        return batches
+        return [self.sample_batch(data, labels, batch_size) for _ in range(self.number_of_batches)]
+
+    def sample_batch(self, data, labels, batch_size):
+        """-> one (x, y) mini-batch of batch_size distinct random samples."""
+        if batch_size > len(data):
+            raise ValueError(f"mini-batch of {batch_size} from only {len(data)} samples")
+        chosen = self.rng.choice(len(data), batch_size, replace=False)
+        return data[chosen], labels[chosen]
 
     def fit(self, training_data, validation_data=None, checkpoint=None):
         """Train until `epochs` epochs are done; after each, report accuracy and write `checkpoint`.
@@ -153,13 +162,17 @@ class NeuralNetwork:
         """
         with self.watchdog() as watchdog:
             for epoch in range(self.epoch, self.epochs):
+                span = self.tracer.begin("epoch")
                 self.train_epoch(*training_data)
                 self.epoch = epoch + 1
                 with watchdog.busy():  # long local work: the waiting ranks hear this one is alive
                     if validation_data is not None:
+                        evaluation = self.tracer.begin("evaluate")
                         self.print_progress(validation_data, epoch)
+                        self.tracer.end(evaluation)
                     if checkpoint is not None:
                         self.save_checkpoint(checkpoint)
+                self.tracer.end(span)
                 if self.agree_to_stop():
                     break
 
@@ -167,13 +180,26 @@ class NeuralNetwork:
         """The stall watchdog that guards fit (watchdog.py): none serially, there are no peers."""
         return Watchdog(None, 0, "")
 
+    def trace_into(self, tracer):
+        """Record this network's spans into `tracer` (tracing.Tracer); collective when distributed."""
+        self.tracer = tracer
+
+    def track_name(self):
+        """This process's track in a trace."""
+        return "rank 0"
+
     def agree_to_stop(self):
         """Whether training should stop now; distributed subclasses make every rank agree."""
         return self.stop_requested
 
     def train_epoch(self, data, labels):
-        """One epoch: number_of_batches SGD steps on fresh random mini-batches."""
-        for x, y in self.create_batches(data, labels, self.mini_batch_size):
+        """One epoch: number_of_batches SGD steps on fresh random mini-batches (as create_batches
+        draws them, one at a time)."""
+        tracer = self.tracer
+        for _ in range(self.number_of_batches):
+            span = tracer.begin("sample")
+            x, y = self.sample_batch(data, labels, self.mini_batch_size)
+            tracer.end(span)
             self.update_mini_batch(x, y)
 
     def predict(self, x):

@@ -179,10 +179,13 @@ class SynchronicNeuralNetwork(NeuralNetwork):
 
     def train_epoch(self, data, labels):
         """One epoch of synchronous steps on global mini-batches drawn alike on every rank."""
-        batch_size = self.global_batch_size()
+        batch_size, tracer = self.global_batch_size(), self.tracer
         for _ in range(self.steps_per_epoch()):
+            span = tracer.begin("sample")
             chosen = self.rng.choice(len(data), batch_size, replace=False)
-            self.update_mini_batch(data[chosen], labels[chosen])
+            x, y = data[chosen], labels[chosen]
+            tracer.end(span)
+            self.update_mini_batch(x, y)
 
     def update_mini_batch(self, x, y):
         """One step on the global mini-batch (x (batch, n_0), y (batch, n_L)), by the chosen exchange."""
@@ -196,30 +199,46 @@ class SynchronicNeuralNetwork(NeuralNetwork):
 
     def step_by_gradients(self, x, y):
         """Local gradient of my rows, allreduce of the whole gradient buffer, update."""
-        start = time.perf_counter()
+        start, tracer = time.perf_counter(), self.tracer
         rows = even_bounds(len(x), self.size)
         mine = slice(rows[self.rank], rows[self.rank + 1])
+        span = tracer.begin("forward")
         self.forward_prop(x[mine])
+        tracer.end(span)
+        span = tracer.begin("backward")
         self.back_prop(y[mine], scale=self.step_size)
+        tracer.end(span)
         middle = time.perf_counter()
+        span = tracer.begin("allreduce")  # the same interval as communication_time
         self.allreduce(self.grads, self.reduced, self.comm, MPI.SUM)
+        tracer.end(span)
         end = time.perf_counter()
+        span = tracer.begin("update")
         self.params -= self.reduced
+        tracer.end(span)
         self.compute_time += (middle - start) + (time.perf_counter() - end)
         self.communication_time += end - middle
 
     def step_by_factors(self, x, y):
         """Factors of my rows, one allgather of everyone's, the serial network's products, update."""
-        start = time.perf_counter()
+        start, tracer = time.perf_counter(), self.tracer
         buffer = self.factor_buffer(len(x))
+        span = tracer.begin("forward")
         self.forward_factors(x[buffer.work_rows], buffer)
+        tracer.end(span)
+        span = tracer.begin("backward")
         self.backward_factors(y[buffer.work_rows], buffer)
         buffer.pack()
+        tracer.end(span)
         middle = time.perf_counter()
+        span = tracer.begin("factor_allgather")  # the same interval as communication_time
         self.allgather(buffer.mine, buffer.flat, buffer.counts, self.comm)
+        tracer.end(span)
         end = time.perf_counter()
+        span = tracer.begin("update")  # the serial gradient products from the factors, then the step
         self.gradient_from_factors(buffer)
         self.params -= self.grads
+        tracer.end(span)
         self.compute_time += (middle - start) + (time.perf_counter() - end)
         self.communication_time += end - middle
 
@@ -304,6 +323,14 @@ class SynchronicNeuralNetwork(NeuralNetwork):
         self.evaluation_time += time.perf_counter() - start
 
     # ------------------------------------------------------------------ control and figures
+
+    def trace_into(self, tracer):
+        """Record spans into `tracer`, the allreduce's too; collective (aligns the ranks' clocks)."""
+        self.tracer = self.waiter.tracer = tracer
+        tracer.align_clock(self.comm)
+
+    def track_name(self):
+        return f"rank {self.rank}"
 
     def watchdog(self):
         """The stall watchdog that guards fit (see watchdog.py)."""

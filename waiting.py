@@ -24,6 +24,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from tracing import NULL_TRACER
+
 __all__ = ["Waiter", "WAIT_POLICIES", "waiter_for", "oversubscribed"]
 
 WAIT_POLICIES = ("spin", "yield", "auto")
@@ -63,6 +65,7 @@ class Waiter:
         # about 6 %), so they yield only when the user asks for "yield" outright.
         self.collectives_spin = self.spins or self.requested == "auto"
         self.comm = comm
+        self.tracer = NULL_TRACER  # the allreduces record their phases here when a run is traced
         self.since = None   # perf_counter() when the current wait began, None when not waiting
         self.waiting_for = None  # (phase, step, peer) of the current wait, for the watchdog
         _waiters[comm.py2f()] = self

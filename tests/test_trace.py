@@ -1,0 +1,96 @@
+"""main.py --trace: one Chrome trace-event file per run, tracks named, spans nested, figures agreeing."""
+import json
+
+import pytest
+
+from conftest import run_mpi, run_python, write_mnist_like
+
+BATCHES, EPOCHS = 12, 2
+SMALL = ["--epochs", EPOCHS, "--batches", BATCHES, "--layers", "784,16,10", "--seed", "2"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_mnist_like(tmp_path_factory.mktemp("trace"), train_count=300, test_count=60)
+
+
+def traced(tmp_path, data, processes, *mode):
+    """Run main.py with --trace and --json -> (trace, record)."""
+    trace, record = tmp_path / "trace.json", tmp_path / "run.json"
+    arguments = [*mode, *SMALL, "--data-dir", data, "--trace", trace, "--json", record]
+    result = run_mpi(processes, "main.py", *arguments) if processes > 1 else run_python("main.py", *arguments)
+    assert result.returncode == 0, result.stderr
+    with open(trace) as f:
+        trace_data = json.load(f)  # the file parses as JSON
+    with open(record) as f:
+        return trace_data, json.load(f)
+
+
+def spans_by_rank(trace):
+    """{rank: [(name, cat, start, end)]} of the complete events."""
+    ranks = {}
+    for e in trace["traceEvents"]:
+        if e["ph"] == "X":
+            ranks.setdefault(e["pid"], []).append((e["name"], e["cat"], e["ts"], e["ts"] + e["dur"]))
+    return ranks
+
+
+def check_tracks_and_nesting(trace, processes):
+    """Every rank has a named track, and one rank's spans never overlap except by nesting."""
+    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "process_name"}
+    assert sorted(names) == list(range(processes)) and all(names[r].startswith(f"rank {r}") for r in names)
+    assert trace["displayTimeUnit"] == "ms"
+    for rank, spans in spans_by_rank(trace).items():
+        spans.sort(key=lambda s: (s[2], -s[3]))
+        enclosing = []
+        for name, _, start, end in spans:
+            while enclosing and enclosing[-1] <= start:
+                enclosing.pop()
+            assert not enclosing or end <= enclosing[-1] + 1e-3, f"rank {rank}: {name} overlaps its neighbour"
+            enclosing.append(end)
+    return names
+
+
+def test_serial_trace(tmp_path, data):
+    trace, _ = traced(tmp_path, data, 1, "serial")
+    check_tracks_and_nesting(trace, 1)
+    names = [s[0] for s in spans_by_rank(trace)[0]]
+    for kind in ("sample", "forward", "backward", "update"):
+        assert names.count(kind) == BATCHES * EPOCHS, kind
+    assert names.count("epoch") == EPOCHS and names.count("evaluate") == EPOCHS
+
+
+@pytest.mark.parametrize("allreduce, exchange", [("ring", "gradients"), ("mpi", "gradients"), ("ring", "factors")])
+def test_sync_trace_exchange_adds_up_to_the_communication_time(tmp_path, data, allreduce, exchange):
+    trace, record = traced(tmp_path, data, 3, "sync", "--allreduce", allreduce, "--exchange", exchange)
+    check_tracks_and_nesting(trace, 3)
+    spans = spans_by_rank(trace)
+    exchange_seconds = sum(end - start for _, cat, start, end in spans[0] if cat == "exchange") / 1e6
+    measured = record["statistics"]["communication_time"]
+    assert abs(exchange_seconds - measured) <= 0.05 * measured, (exchange_seconds, measured)
+    names = [s[0] for s in spans[1]]
+    assert names.count("allgather" if exchange == "factors" else "allreduce") >= BATCHES * EPOCHS
+    if allreduce == "ring" and exchange == "gradients":  # the ring's phases inside each allreduce
+        assert names.count("reduce_scatter") == BATCHES * EPOCHS
+
+
+def test_async_trace_has_one_apply_gradient_per_update_on_every_master(tmp_path, data):
+    trace, _ = traced(tmp_path, data, 4, "async", "2")
+    names = check_tracks_and_nesting(trace, 4)
+    assert names[0] == "rank 0 (master 0)" and names[2] == "rank 2 (worker 0)"
+    spans = spans_by_rank(trace)
+    for master in (0, 1):
+        assert [s[0] for s in spans[master]].count("apply_gradient") == BATCHES * EPOCHS
+    staleness = [e["args"]["staleness"] for e in trace["traceEvents"] if e["name"] == "apply_gradient"]
+    assert min(staleness) >= 0 and len(staleness) == 2 * BATCHES * EPOCHS
+    for worker in (2, 3):
+        assert {"compute", "push_gradients", "pull_parameters"} <= {s[0] for s in spans[worker]}
+
+
+def test_timeline_draws_a_png(tmp_path, data):
+    trace, _ = traced(tmp_path, data, 2, "sync")
+    picture = tmp_path / "timeline.png"
+    result = run_python("bench/timeline.py", tmp_path / "trace.json", "-o", picture, "--steps", "2:5")
+    assert result.returncode == 0, result.stderr
+    assert picture.read_bytes().startswith(b"\x89PNG") and picture.stat().st_size > 5000
