@@ -140,7 +140,9 @@ def parse_args(argv=None):
     add("--seed", type=int, default=1, help="seed of the first repeat; repeat r uses seed + r (default 1)")
     add("--data-dir", help="MNIST-format data folder passed to main.py (default: the bundled MNIST)")
     add("--timeout", type=int, help="seconds before a run counts as hung and is killed (default 2400)")
-    add("--trace-steps", default="20:24", help="steps bench/timeline.py draws of a traced run (default 20:24)")
+    add("--trace-steps", default="100:106",
+        help="steps bench/timeline.py draws of a traced run: rank 0's mini-batches, or master 0's "
+             "updates for async (default 100:106)")
     add("--out", help="output folder (default results/, with --quick results/quick/)")
     add("--report-only", action="store_true", help="run nothing: plots and REPORT.md from --out's CSVs")
     return complete(parser, parser.parse_args(argv))

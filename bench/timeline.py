@@ -3,8 +3,8 @@
     python3 bench/timeline.py TRACE.json -o timeline.png [--steps A:B]
 
 --steps A:B draws from the start of step A to the start of step B (0-based, B excluded), where
-the steps are rank 0's `sample` spans (serial, sync) or, when rank 0 has none (async: rank 0 is a
-master), its `apply_gradient` spans. Without --steps the whole trace is drawn (the epoch spans
+the steps are rank 0's `forward` spans (serial, sync: one per training step) or, when rank 0 has
+none (async: rank 0 is a master), its `apply_gradient` spans. Without --steps the whole trace is drawn (the epoch spans
 then show where validation falls). Spans nested in another (the ring's reduce_scatter and
 allgather inside allreduce) are drawn as thinner bars inside their parent.
 """
@@ -15,7 +15,7 @@ import sys
 
 __all__ = ["load_spans", "step_window", "draw"]
 
-STEP_SPANS = ("sample", "apply_gradient")
+STEP_SPANS = ("forward", "apply_gradient")
 HIDDEN = ("epoch",)  # enclosing spans that would cover the whole window in one colour
 
 
@@ -48,7 +48,7 @@ def step_window(spans, steps):
         if starts:
             end = starts[last] if last < len(starts) else max(s[3] for s in spans)
             return starts[min(first, len(starts) - 1)], end
-    raise SystemExit("timeline.py: rank 0 has no sample or apply_gradient spans to count steps by")
+    raise SystemExit("timeline.py: rank 0 has no forward or apply_gradient spans to count steps by")
 
 
 def draw(tracks, spans, window, path, title):

@@ -212,7 +212,7 @@ def run_trace(stem, experiment, options, folder):
     timeline = os.path.join(PROJECT_DIR, "bench", "timeline.py")
     if not os.path.exists(timeline):
         return None, "bench/timeline.py is not in the project"
-    window = ["--steps", options.trace_steps] if experiment.mode != "async" else []
+    window = ["--steps", options.trace_steps]  # async: rank 0's (master 0's) updates count the steps
     returncode, _, stderr = run_command([sys.executable, timeline, trace, "-o", png, *window], 300)
     return (png, "") if returncode == 0 and os.path.exists(png) else (None, failure(returncode, stderr, 300))
 

@@ -56,9 +56,10 @@ def test_serial_trace(tmp_path, data):
     trace, _ = traced(tmp_path, data, 1, "serial")
     check_tracks_and_nesting(trace, 1)
     names = [s[0] for s in spans_by_rank(trace)[0]]
-    for kind in ("sample", "forward", "backward", "update"):
+    for kind in ("forward", "backward", "update"):
         assert names.count(kind) == BATCHES * EPOCHS, kind
-    assert names.count("epoch") == EPOCHS and names.count("evaluate") == EPOCHS
+    for kind in ("epoch", "evaluate", "sample"):  # serial draws an epoch's mini-batches at its start
+        assert names.count(kind) == EPOCHS, kind
 
 
 @pytest.mark.parametrize("allreduce, exchange", [("ring", "gradients"), ("mpi", "gradients"), ("ring", "factors")])
