@@ -426,6 +426,7 @@ def summarise(ranks, network):
         "masters": network.masters, "workers": network.workers,
         "active_workers": network.active_workers, "compensation": network.compensation,
         "max_staleness": network.max_staleness, "lr_rule": network.lr_rule,
+        "wait_policy": network.waiter.policy,
         "shard_bounds": [int(b) for b in network.shard_bounds],
         "updates_per_master": [m["updates"] for m in masters],
         "batches_per_worker": [w["batches"] for w in workers],
