@@ -32,6 +32,7 @@ from watchdog import DEFAULT_STALL_TIMEOUT  # noqa: E402
 
 INPUT_ERROR_EXIT = 2  # bad arguments or data, as argparse does
 FAILURE_EXIT = 1
+ABORT_GRACE = 0.2  # seconds between the error line and the abort
 
 
 class RankZeroParser(argparse.ArgumentParser):
@@ -300,6 +301,9 @@ def main(argv=None):
         rank = comm.rank if comm is not None else 0
         print(f"main.py: error on rank {rank}: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
         if comm is not None and comm.size > 1:
+            # The launcher forwards our stderr asynchronously, and the abort kills its forwarders:
+            # a moment's grace, or the one line that says what happened can be lost (seen once in CI).
+            time.sleep(ABORT_GRACE)
             comm.Abort(FAILURE_EXIT)
         sys.exit(FAILURE_EXIT)
 

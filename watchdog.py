@@ -128,4 +128,5 @@ class Watchdog:
         print(f"stall watchdog: {stall_message(self.who, seconds, what, self.peer_names)}; "
               f"ending the job (--stall-timeout {self.timeout:g})", file=sys.stderr, flush=True)
         from mpi4py import MPI  # started long since: this thread only runs inside fit
+        time.sleep(0.2)  # let the launcher forward the line before the abort kills its forwarders
         MPI.COMM_WORLD.Abort(STALL_EXIT)
