@@ -268,9 +268,9 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
             self.idle_time += time.perf_counter() - start
             assert index != MPI.UNDEFINED, "a receive is posted for every gradient still to come"
             if index == self.workers:  # a grant from master 0
-                self.tracer.end(self.tracer.begin("grant"))  # an instant: the grant arrived
                 self.grant_request = MPI.REQUEST_NULL
                 worker, version = self.grant_buffer
+                self.tracer.end(self.tracer.begin("grant"), int(worker))  # an instant: it arrived
                 self.granted_at[worker] = version
                 grants_received += 1
                 if grants_received < grants_expected:
@@ -308,7 +308,7 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
         if factor != 1.0:
             gradient *= factor
         self.params[self.shard] -= gradient
-        self.tracer.end(span, int(staleness))
+        self.tracer.end(span, int(staleness), worker, self.masters + worker)  # tracing.ARGUMENTS
         self.version += 1
         self.pushed[worker] += 1
         self.computing[worker] = False
@@ -365,7 +365,7 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
         self.reply_buffers[worker] = self.params[self.shard]
         self.reply_requests[worker] = self.comm.Isend(
             self.reply_buffers[worker], dest=self.masters + worker, tag=PARAM_TAG)
-        self.tracer.end(span)
+        self.tracer.end(span, worker)
         self.pulled_at[worker] = self.version
         self.computing[worker] = True
         if self.follows_grants:

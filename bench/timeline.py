@@ -6,17 +6,28 @@
 the steps are rank 0's `forward` spans (serial, sync: one per training step) or, when rank 0 has
 none (async: rank 0 is a master), its `apply_gradient` spans. Without --steps the whole trace is drawn (the epoch spans
 then show where validation falls). Spans nested in another (the ring's reduce_scatter and
-allgather inside allreduce) are drawn as thinner bars inside their parent.
+allgather inside allreduce) are drawn as thinner bars inside their parent. Each kind of span keeps
+one colour in every picture: computation blue and green, the exchange warm, waiting grey. In async
+the trace's flow events, each gradient from a worker's push to a master's apply_gradient, are drawn
+as arrows.
 """
 import argparse
 import json
 import os
 import sys
 
-__all__ = ["load_spans", "step_window", "draw"]
+__all__ = ["load_spans", "load_flows", "step_window", "draw"]
 
 STEP_SPANS = ("forward", "apply_gradient")
 HIDDEN = ("epoch",)  # enclosing spans that would cover the whole window in one colour
+COLOURS = {  # fixed, so that a kind looks the same in every picture; others get tab20's
+    "sample": "#98df8a", "forward": "#1f77b4", "backward": "#6baed6", "update": "#2ca02c",
+    "evaluate": "#9467bd", "epoch": "#eeeeee",
+    "allreduce": "#ff7f0e", "reduce_scatter": "#d62728", "allgather": "#ffbb78",
+    "compute": "#1f77b4", "push_gradients": "#ff7f0e", "pull_parameters": "#b0b0b0",
+    "wait_gradient": "#d9d9d9", "apply_gradient": "#2ca02c", "send_parameters": "#d62728",
+    "grant": "#8c564b", "snapshot": "#e377c2",
+}
 
 
 def load_spans(path):
@@ -38,6 +49,17 @@ def load_spans(path):
     return tracks, spans
 
 
+def load_flows(path):
+    """-> [(from rank, from µs, to rank, to µs)]: the trace's flow events (messages), start to finish."""
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    ends = {}
+    for e in events:
+        if e["ph"] in ("s", "f"):
+            ends.setdefault(e["id"], {})[e["ph"]] = (e["pid"], e["ts"])
+    return [(*flow["s"], *flow["f"]) for flow in ends.values() if len(flow) == 2]
+
+
 def step_window(spans, steps):
     """(start, end) in µs of rank 0's steps A:B, or of the whole trace when steps is None."""
     if steps is None:
@@ -51,8 +73,8 @@ def step_window(spans, steps):
     raise SystemExit("timeline.py: rank 0 has no forward or apply_gradient spans to count steps by")
 
 
-def draw(tracks, spans, window, path, title):
-    """Write the Gantt chart of `spans` within `window` (µs) to `path` (PNG)."""
+def draw(tracks, spans, window, path, title, flows=()):
+    """Write the Gantt chart of `spans` (and arrows for `flows`) within `window` (µs) to `path` (PNG)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -60,22 +82,38 @@ def draw(tracks, spans, window, path, title):
     shown = [s for s in spans if s[3] > low and s[2] < high and
              (s[1] not in HIDDEN or high - low > 0.9 * (s[3] - s[2]))]
     kinds = list(dict.fromkeys(s[1] for s in shown))
-    colours = {kind: plt.get_cmap("tab20")(i % 20) for i, kind in enumerate(kinds)}
+    colours = {kind: COLOURS.get(kind, plt.get_cmap("tab20")(i % 20)) for i, kind in enumerate(kinds)}
     ranks = sorted(tracks)
     fig, ax = plt.subplots(figsize=(11, 1.0 + 0.55 * len(ranks)))
     for rank, name, start, end, depth in shown:
         height = 0.8 * 0.6 ** depth
         ax.barh(ranks.index(rank), (min(end, high) - max(start, low)) / 1000, left=(max(start, low) - low) / 1000,
                 height=height, color=colours[name], edgecolor="none")
+    handles, labels = [plt.Rectangle((0, 0), 1, 1, color=colours[k]) for k in kinds], list(kinds)
+    if draw_flows(ax, flows, ranks, window):
+        handles.append(plt.Line2D([0], [0], color="0.25", lw=0.8))
+        labels.append("gradient message")
     ax.set_yticks(range(len(ranks)), [tracks[r] for r in ranks])
     ax.invert_yaxis()
     ax.set_xlabel("milliseconds")
     ax.set_title(title)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colours[k]) for k in kinds]
-    ax.legend(handles, kinds, loc="upper center", bbox_to_anchor=(0.5, -0.25 - 0.02 * len(ranks)),
-              ncol=min(len(kinds), 6), frameon=False)
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.25 - 0.02 * len(ranks)),
+              ncol=min(len(labels), 6), frameon=False)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
+
+
+def draw_flows(ax, flows, ranks, window):
+    """An arrow per message whose both ends fall inside `window` -> how many were drawn."""
+    low, high = window
+    drawn = 0
+    for source, start, target, end in flows:
+        if low <= start <= high and low <= end <= high and source in ranks and target in ranks:
+            ax.annotate("", xy=((end - low) / 1000, ranks.index(target)),
+                        xytext=((start - low) / 1000, ranks.index(source)),
+                        arrowprops={"arrowstyle": "->", "lw": 0.7, "color": "0.25", "alpha": 0.6})
+            drawn += 1
+    return drawn
 
 
 def steps_argument(text):
@@ -104,7 +142,8 @@ def main():
         sys.exit(f"timeline.py: {args.trace}: no spans")
     window = step_window(spans, args.steps)
     steps = f", steps {args.steps[0]}:{args.steps[1]}" if args.steps else ""
-    draw(tracks, spans, window, args.output, args.title or f"{os.path.basename(args.trace)}{steps}")
+    draw(tracks, spans, window, args.output, args.title or f"{os.path.basename(args.trace)}{steps}",
+         load_flows(args.trace))
     print(f"wrote {args.output}")
 
 
