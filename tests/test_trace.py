@@ -142,3 +142,14 @@ def test_null_tracer_is_nearly_free():
     for _ in range(span_count):
         NULL_TRACER.end(NULL_TRACER.begin("forward"))
     assert (time.perf_counter() - start) / span_count < 2e-6
+
+
+def test_every_ranks_exchange_spans_add_up_to_its_communication_time():
+    result = run_mpi(3, "tests/trace_check.py")
+    assert result.returncode == 0, result.stderr
+    ranks = json.loads(result.stdout.strip().splitlines()[-1])
+    assert len(ranks) == 3
+    for rank, runs in enumerate(ranks):
+        assert len(runs) == 6
+        for run, (traced, measured) in runs.items():
+            assert measured > 0 and abs(traced - measured) <= 0.05 * measured, (rank, run, traced, measured)
