@@ -97,7 +97,8 @@ def draw(tracks, spans, window, path, title, flows=()):
     ax.invert_yaxis()
     ax.set_xlabel("milliseconds")
     ax.set_title(title)
-    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.25 - 0.02 * len(ranks)),
+    axes_inches = fig.get_size_inches()[1] * (fig.subplotpars.top - fig.subplotpars.bottom)
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.5 / axes_inches),  # 0.5" below
               ncol=min(len(labels), 6), frameon=False)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
