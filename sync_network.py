@@ -199,7 +199,7 @@ class SynchronicNeuralNetwork(NeuralNetwork):
 
     def step_by_gradients(self, x, y):
         """Local gradient of my rows, allreduce of the whole gradient buffer, update."""
-        start, tracer = time.perf_counter(), self.tracer
+        start, tracer = time.perf_counter_ns(), self.tracer
         rows = even_bounds(len(x), self.size)
         mine = slice(rows[self.rank], rows[self.rank + 1])
         span = tracer.begin("forward")
@@ -208,20 +208,18 @@ class SynchronicNeuralNetwork(NeuralNetwork):
         span = tracer.begin("backward")
         self.back_prop(y[mine], scale=self.step_size)
         tracer.end(span)
-        middle = time.perf_counter()
-        span = tracer.begin("allreduce")  # the same interval as communication_time
+        middle = time.perf_counter_ns()
         self.allreduce(self.grads, self.reduced, self.comm, MPI.SUM)
-        tracer.end(span)
-        end = time.perf_counter()
+        end = time.perf_counter_ns()
+        tracer.record("allreduce", middle, end)  # one timing: the trace and communication_time agree
         span = tracer.begin("update")
         self.params -= self.reduced
         tracer.end(span)
-        self.compute_time += (middle - start) + (time.perf_counter() - end)
-        self.communication_time += end - middle
+        self.count_times(start, middle, end)
 
     def step_by_factors(self, x, y):
         """Factors of my rows, one allgather of everyone's, the serial network's products, update."""
-        start, tracer = time.perf_counter(), self.tracer
+        start, tracer = time.perf_counter_ns(), self.tracer
         buffer = self.factor_buffer(len(x))
         span = tracer.begin("forward")
         self.forward_factors(x[buffer.work_rows], buffer)
@@ -230,17 +228,21 @@ class SynchronicNeuralNetwork(NeuralNetwork):
         self.backward_factors(y[buffer.work_rows], buffer)
         buffer.pack()
         tracer.end(span)
-        middle = time.perf_counter()
-        span = tracer.begin("factor_allgather")  # the same interval as communication_time
+        middle = time.perf_counter_ns()
         self.allgather(buffer.mine, buffer.flat, buffer.counts, self.comm)
-        tracer.end(span)
-        end = time.perf_counter()
+        end = time.perf_counter_ns()
+        tracer.record("factor_allgather", middle, end)  # one timing, as in step_by_gradients
         span = tracer.begin("update")  # the serial gradient products from the factors, then the step
         self.gradient_from_factors(buffer)
         self.params -= self.grads
         tracer.end(span)
-        self.compute_time += (middle - start) + (time.perf_counter() - end)
-        self.communication_time += end - middle
+        self.count_times(start, middle, end)
+
+    def count_times(self, start, middle, end):
+        """Add a step's compute (start to middle, end to now) and exchange (middle to end) times;
+        perf_counter_ns readings, the exchange's the same the trace records."""
+        self.compute_time += ((middle - start) + (time.perf_counter_ns() - end)) / 1e9
+        self.communication_time += (end - middle) / 1e9
 
     # ------------------------------------------------------------------ sufficient factors
 

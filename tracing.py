@@ -15,7 +15,8 @@ Spans are named after the algorithm: epoch, sample, forward, backward, allreduce
 reduce_scatter and allgather phases inside), allgather (sufficient factors), update, evaluate; an
 async worker's compute, push_gradients, pull_parameters; a master's wait_gradient, apply_gradient
 (args: the update's staleness and the worker), send_parameters, grant, snapshot. Category
-"exchange" marks the spans that the --json record counts as communication time. In async, a flow
+"exchange" marks the spans that the --json record counts as communication time: sync times its
+exchange once and hands the same two clock readings to Tracer.record and to communication_time. In async, a flow
 event (an arrow in Perfetto) links each push_gradients to the apply_gradient of that gradient on
 every master: MPI keeps one sender's messages on one tag in order, so the k-th push of a worker is
 the k-th gradient each master applies from it.
@@ -58,6 +59,9 @@ class NullTracer:
     def end(self, span, *arguments):
         pass
 
+    def record(self, name, start, end):
+        pass
+
 
 NULL_TRACER = NullTracer()
 
@@ -90,6 +94,15 @@ class Tracer:
         self.ends[span] = time.perf_counter_ns()
         for slot, value in enumerate(arguments):
             self.arguments[span, slot] = value
+
+    def record(self, name, start, end):
+        """Add a span of `name` from `start` to `end` (time.perf_counter_ns values) timed by the caller,
+        who uses the same two readings for its own figures (sync's communication_time)."""
+        span = self.count
+        if span == self.names.size:
+            self._grow()
+        self.names[span], self.starts[span], self.ends[span] = SPAN[name], start, end
+        self.count = span + 1
 
     def _grow(self):
         """Double every array (rare: the first capacity covers a few thousand steps)."""

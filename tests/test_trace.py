@@ -152,4 +152,5 @@ def test_every_ranks_exchange_spans_add_up_to_its_communication_time():
     for rank, runs in enumerate(ranks):
         assert len(runs) == 6
         for run, (traced, measured) in runs.items():
-            assert measured > 0 and abs(traced - measured) <= 0.05 * measured, (rank, run, traced, measured)
+            # the same clock readings feed both: equal up to float rounding, far inside the 5 % asked
+            assert measured > 0 and abs(traced - measured) <= 1e-6 * measured, (rank, run, traced, measured)
