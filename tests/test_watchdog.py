@@ -34,7 +34,7 @@ def data(tmp_path_factory):
 @pytest.mark.parametrize("processes, victim, mode_args, expected", [
     (3, 2, ["sync", "--allreduce", "ring"], ["rank 2", "allreduce step", "end of epoch"]),
     (3, 1, ["sync", "--allreduce", "mpi"], ["in allreduce", "end of epoch"]),
-    (4, 3, ["async", "2"], ["no gradient from any worker", "end of epoch"]),
+    (4, 3, ["async", "2"], ["no gradient from any worker", "end of epoch", "push_gradients"]),
     (4, 1, ["async", "2"], ["no gradient from any worker", "waiting for the masters", "rank 1",
                             "end of epoch"]),
 ], ids=["sync-ring", "sync-mpi", "async-worker", "async-master"])
@@ -44,7 +44,8 @@ def test_a_stopped_rank_ends_the_job(data, processes, victim, mode_args, expecte
     assert seconds < STALL_TIMEOUT + GRACE, f"took {seconds:.1f} s\n{stderr}"
     lines = [line for line in stderr.splitlines() if "stall watchdog" in line]
     assert lines, stderr
-    assert any(text in lines[0] for text in expected), stderr
+    # Each waiting rank may print its own line before the abort reaches it: one must say where.
+    assert any(text in line for line in lines for text in expected), stderr
     print(f"{' '.join(mode_args)}: stopped rank {victim}, ended after {seconds:.1f} s: {lines[0]}")
 
 
