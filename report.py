@@ -31,13 +31,13 @@ from utils import load_mnist, write_csv  # noqa: E402
 __all__ = ["main", "parse_args", "run_all"]
 
 PROJECT_DIR = os.path.dirname(os.path.abspath(__file__))
-DEFAULTS = dict(processes="2,4,8,16", async_runs="2x4,2x8,4x8,4x16", async_variants="default,plain",
-                allreduce_processes="2,4,8", allreduce_sizes=",".join(f"2^{k}" for k in range(12, 22)),
-                allreduce_repeats=20, compute_repeats=300, epochs=5, batches=632, timeout=2400,
-                out=os.path.join(PROJECT_DIR, "results"))
-QUICK = dict(processes="2,4", async_runs="2x3,2x4", async_variants="default,plain", allreduce_processes="2,4",
-             allreduce_sizes="2^10,2^12,2^14,2^16", allreduce_repeats=3, compute_repeats=20, epochs=2,
-             batches=30, timeout=120, out=os.path.join(PROJECT_DIR, "results", "quick"))
+DEFAULTS = dict(processes=[2, 4, 8, 16], async_runs=[(2, 4), (2, 8), (4, 8), (4, 16)],
+                async_variants=list(ASYNC_VARIANTS), allreduce_processes=[2, 4, 8],
+                allreduce_sizes=",".join(f"2^{k}" for k in range(12, 22)), allreduce_repeats=20, compute_repeats=300,
+                epochs=5, batches=632, timeout=2400, out=os.path.join(PROJECT_DIR, "results"))
+QUICK = dict(DEFAULTS, processes=[2, 4], async_runs=[(2, 3), (2, 4)], allreduce_processes=[2, 4],
+             allreduce_sizes="2^10,2^12,2^14,2^16", allreduce_repeats=3, compute_repeats=20, epochs=2, batches=30,
+             timeout=120, out=os.path.join(PROJECT_DIR, "results", "quick"))
 
 
 def data_facts(data_dir):
@@ -122,6 +122,15 @@ def masters_by_processes(text):
     return pairs
 
 
+def variant_list(text):
+    """'default,plain' -> ['default', 'plain'], each a key of ASYNC_VARIANTS."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in ASYNC_VARIANTS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown)} (choose from {', '.join(ASYNC_VARIANTS)})")
+    return names
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add = parser.add_argument
@@ -129,7 +138,8 @@ def parse_args(argv=None):
     add("--processes", type=number_list, help="sync process counts (default 2,4,8,16)")
     add("--async-runs", type=masters_by_processes, metavar="MxP,...", help="masters x processes (default "
         "2x4,2x8,4x8,4x16)")
-    add("--async-variants", metavar="NAME,...", help="default (main.py's), plain (--unbounded --compensation 0)")
+    add("--async-variants", type=variant_list, metavar="NAME,...",
+        help="default (main.py's), plain (--unbounded --compensation 0)")
     add("--allreduce-processes", type=number_list, help="process counts for allreduce_test.py (default 2,4,8)")
     add("--allreduce-sizes", help="array sizes for allreduce_test.py (default 2^12,...,2^21)")
     add("--allreduce-repeats", type=int, help="timed repetitions per size (default 20)")
@@ -145,23 +155,14 @@ def parse_args(argv=None):
              "updates for async (default 100:106)")
     add("--out", help="output folder (default results/, with --quick results/quick/)")
     add("--report-only", action="store_true", help="run nothing: plots and REPORT.md from --out's CSVs")
-    return complete(parser, parser.parse_args(argv))
+    return complete(parser.parse_args(argv))
 
 
-def complete(parser, options):
-    """Fill what the command line left open from the preset (quick or full) and check the async variants."""
+def complete(options):
+    """Fill what the command line left open from the preset (quick or full)."""
     for key, value in (QUICK if options.quick else DEFAULTS).items():
         if getattr(options, key) is None:
             setattr(options, key, value)
-    for key, kind in (("processes", number_list), ("async_runs", masters_by_processes),
-                      ("allreduce_processes", number_list)):
-        if isinstance(getattr(options, key), str):
-            setattr(options, key, kind(getattr(options, key)))
-    if isinstance(options.async_variants, str):
-        options.async_variants = [name.strip() for name in options.async_variants.split(",") if name.strip()]
-    unknown = [name for name in options.async_variants if name not in ASYNC_VARIANTS]
-    if unknown:
-        parser.error(f"--async-variants: unknown {', '.join(unknown)} (choose from {', '.join(ASYNC_VARIANTS)})")
     if options.data_dir:
         options.data_dir = os.path.abspath(options.data_dir)  # the runs start in the project folder
     options.layers, options.batch_size, options.cores = [784, 128, 64, 10], 16, os.cpu_count() or 1

@@ -6,10 +6,12 @@ whole matrix and write its whole gradient whatever the number of rows. T_exchang
 alpha-beta form (latency alpha per message round, beta per element moved) with alpha and beta fitted to
 allreduce_test.py's times. Everything predicted here is for one core per process.
 """
-__all__ = ["measure_compute", "fit_exchange", "exchange_time", "CostModel", "FORMS", "COMPUTE_ROWS"]
+__all__ = ["measure_compute", "fit_exchange", "fit_rows", "exchange_time", "CostModel", "FORMS",
+           "COMPUTE_ROWS", "PREDICTED", "SERIES"]
 
 import math
-import time
+import statistics
+import timeit
 
 import numpy as np
 
@@ -21,19 +23,16 @@ FORMS = {"ring": lambda p: (2 * (p - 1), 2 * (p - 1) / p),
          "naive": lambda p: (p - 1, p - 1),
          "mpi": lambda p: (2 * math.ceil(math.log2(p)), 2 * (p - 1) / p),
          "allgather": lambda p: (p - 1, (p - 1) / p)}
-COLUMNS = {"ring": "ring_s", "naive": "naive_s", "mpi": "mpi_s"}
+PREDICTED = [2, 4, 8, 16, 32, 64]  # process counts of the one-core-per-process prediction
+# The predicted series, (scaling, exchange, allreduce), in the prediction table's order.
+SERIES = [(scaling, exchange, allreduce) for scaling in ("strong", "weak")
+          for exchange, allreduce in (("gradients", "ring"), ("gradients", "mpi"), ("factors", "ring"))]
 
 
 def median_seconds(call, repeats, warmup=10):
     """Median wall time of `call()` over `repeats` timed calls after `warmup` untimed ones."""
-    for _ in range(warmup):
-        call()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - start)
-    return float(np.median(samples))
+    timeit.repeat(call, number=1, repeat=warmup)
+    return statistics.median(timeit.repeat(call, number=1, repeat=repeats))
 
 
 def measure_compute(layers, repeats, validation_rows, rows=COMPUTE_ROWS):
@@ -68,13 +67,18 @@ def least_squares(name, points):
     return float(alpha), float(beta)
 
 
+def fit_rows(rows, cores):
+    """allreduce.csv rows with one core per process (all rows if there are none): the ones fitted."""
+    return [r for r in rows if 1 < r["processes"] <= cores] or rows
+
+
 def fit_exchange(rows, cores):
-    """{algorithm: (alpha s, beta s/element)} from allreduce.csv rows with one core per process (all rows
-    if there are none). The ring allgather takes the ring's constants: it is the ring allreduce's second half."""
-    fair = [r for r in rows if 1 < r["processes"] <= cores] or rows
+    """{algorithm: (alpha s, beta s/element)} from allreduce.csv rows. The ring allgather takes the ring's
+    constants: it is the ring allreduce's second half."""
     fits = {}
-    for name, column in COLUMNS.items():
-        points = [(r["processes"], r["size"], r[column]) for r in fair if r.get(column)]
+    for name in ("ring", "naive", "mpi"):
+        column = f"{name}_s"
+        points = [(r["processes"], r["size"], r[column]) for r in fit_rows(rows, cores) if r.get(column)]
         if points:
             fits[name] = least_squares(name, points)
     if "ring" in fits:
@@ -97,7 +101,7 @@ class CostModel:
 
     def __init__(self, compute_rows, fits, settings, cores):
         table = lambda kind: sorted((r["rows"], r["seconds"]) for r in compute_rows if r["kind"] == kind)  # noqa
-        self.steps, self.forwards, self.fits, self.cores = table("step"), table("forward"), fits, cores
+        self.tables, self.fits, self.cores = {"step": table("step"), "forward": table("forward")}, fits, cores
         evaluation = table("evaluate")
         self.evaluation = evaluation[-1][1] if evaluation else 0.0  # one whole validation pass
         self.layers, self.batch, self.batches = settings["layers"], settings["batch_size"], settings["batches"]
@@ -106,38 +110,34 @@ class CostModel:
 
     @property
     def ready(self):
-        return bool(self.steps) and "ring" in self.fits
+        return bool(self.tables["step"]) and "ring" in self.fits
 
-    @staticmethod
-    def interpolate(table, rows):
+    def compute(self, rows, kind="step"):
         """Measured seconds at `rows`: linear between measured counts, extended from the last two beyond."""
-        xs, ys = zip(*table)
+        xs, ys = zip(*self.tables[kind])
         if rows <= xs[-1] or len(xs) == 1:
             return float(np.interp(rows, xs, ys))
         return ys[-1] + (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (rows - xs[-1])
 
-    def compute(self, rows, kind="step"):
-        return self.interpolate(self.steps if kind == "step" else self.forwards, rows)
+    def rows(self, p, scaling):
+        """Rows of one step over all ranks: weak scaling gives each rank a whole mini-batch."""
+        return self.batch * (p if scaling == "weak" else 1)
 
     def step(self, p, exchange="gradients", allreduce="ring", scaling="strong"):
         """(compute, exchange) seconds of one step on the slowest rank, one core per process."""
-        rows = self.batch * (p if scaling == "weak" else 1)
+        rows = self.rows(p, scaling)
         mine = math.ceil(rows / p)  # even_bounds: the first ranks take one row more
         if exchange == "factors":  # forward on my rows; every rank forms the whole batch's weight gradient
             compute = self.compute(rows) - self.compute(rows, "forward") + self.compute(mine, "forward")
             return compute, exchange_time(self.fits, "allgather", p, self.factor_row * rows)
         return self.compute(mine), exchange_time(self.fits, allreduce, p, self.parameters)
 
-    def steps_per_epoch(self, p, scaling):
-        return math.ceil(self.batches / p) if scaling == "weak" else self.batches
-
-    def epoch(self, p, shared_evaluation, **kind):
+    def epoch(self, p, shared_evaluation, scaling="strong", **kind):
         """(seconds, samples) of one epoch, one core per process."""
-        compute, exchange = self.step(p, **kind)
-        steps = self.steps_per_epoch(p, kind.get("scaling", "strong"))
-        rows = self.batch * (p if kind.get("scaling") == "weak" else 1)
+        compute, exchange = self.step(p, scaling=scaling, **kind)
+        steps = math.ceil(self.batches / p) if scaling == "weak" else self.batches
         evaluation = self.evaluation / (p if shared_evaluation else 1)
-        return steps * (compute + exchange) + evaluation, steps * rows
+        return steps * (compute + exchange) + evaluation, steps * self.rows(p, scaling)
 
     def speedup(self, p, shared_evaluation, **kind):
         """Predicted samples per second relative to serial's."""
@@ -145,18 +145,20 @@ class CostModel:
         serial_seconds, serial_samples = self.epoch(1, False)
         return (samples / seconds) / (serial_samples / serial_seconds)
 
-    def parts(self, entry):
-        """(compute, exchange) per step and evaluation per run of a measured serial or sync run."""
-        p, kind = entry["processes"], (entry.get("exchange") or "gradients", entry.get("allreduce"))
-        compute, exchange = self.step(p, *kind, entry.get("scaling") or "strong")
-        return compute, exchange, self.evaluation / (p if entry.get("evaluation_time") is not None else 1)
+    def predictions(self, shared_evaluation):
+        """{(P, series): predicted speed-up} for every P in PREDICTED and every series in SERIES."""
+        return {(p, s): self.speedup(p, shared_evaluation, scaling=s[0], exchange=s[1], allreduce=s[2])
+                for p in PREDICTED for s in SERIES}
 
     def run(self, entry):
-        """(model seconds of a measured run, time-sharing factor): one core per process, times P/cores when
-        P ranks share fewer cores; None when the model or the run's step count is missing."""
+        """(model seconds or None, time-sharing factor, (compute, exchange) per step, evaluation per epoch) of
+        a measured serial or sync run: one core per process, times P/cores when P ranks share fewer cores."""
+        p = entry["processes"]
+        parts = self.step(p, entry.get("exchange") or "gradients", entry.get("allreduce"),
+                          entry.get("scaling") or "strong")
+        evaluation = self.evaluation / (p if entry.get("evaluation_time") is not None else 1)
         steps = entry.get("steps") or (entry["epochs"] * entry["batches"] if entry["mode"] == "serial" else None)
-        if not self.ready or not steps or self.parts(entry)[1] is None:
-            return None, 1.0
-        compute, exchange, evaluation = self.parts(entry)
-        share = max(1.0, entry["processes"] / self.cores)
-        return share * (steps * (compute + exchange) + entry["epochs"] * evaluation), share
+        share = max(1.0, p / self.cores)
+        if not self.ready or not steps or parts[1] is None:
+            return None, share, parts, evaluation
+        return share * (steps * sum(parts) + entry["epochs"] * evaluation), share, parts, evaluation

@@ -1,12 +1,37 @@
 """The CSVs of one report read back: runs aggregated per configuration, the cost model fitted to them."""
-__all__ = ["Results"]
+__all__ = ["Results", "read_csv"]
 
+import ast
+import csv
 import json
 import os
 import statistics
 
 from reporting.model import CostModel, fit_exchange
-from reporting.runs import read_csv
+
+
+def read_csv(path):
+    """CSV rows as dictionaries: numbers and booleans converted, empty cells None; [] if there is no file."""
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return [{key: convert(value) for key, value in row.items()} for row in csv.DictReader(f)]
+
+
+def convert(text):
+    """'16' -> 16, '0.5' -> 0.5, 'True' -> True, '' -> None; any other text stays text."""
+    try:
+        return ast.literal_eval(text) if text else None
+    except (ValueError, SyntaxError):
+        return text
+
+
+def group(rows, keys):
+    """{values of `keys`: the rows with those values}, in first-seen order."""
+    groups = {}
+    for row in rows:
+        groups.setdefault(tuple(row.get(k) for k in keys), []).append(row)
+    return groups
 
 
 class Results:
@@ -15,8 +40,8 @@ class Results:
     def __init__(self, out):
         self.out = out
         self.runs = read_csv(os.path.join(out, "runs.csv"))
-        self.allreduce = median_rows(self.optional("allreduce.csv"), ("processes", "size"))
-        self.compute_rows = median_rows(self.optional("compute.csv"), ("kind", "rows"))
+        self.allreduce = median_rows(read_csv(os.path.join(out, "allreduce.csv")), ("processes", "size"))
+        self.compute_rows = median_rows(read_csv(os.path.join(out, "compute.csv")), ("kind", "rows"))
         with open(os.path.join(out, "run_info.json")) as f:
             self.info = json.load(f)
         self.machine, self.settings = self.info["machine"], self.info["settings"]
@@ -24,10 +49,6 @@ class Results:
         self.configs = aggregate(self.runs)
         self.fits = fit_exchange(self.allreduce, self.cores) if self.allreduce else {}
         self.model = CostModel(self.compute_rows, self.fits, self.settings, self.cores)
-
-    def optional(self, name):
-        path = os.path.join(self.out, name)
-        return read_csv(path) if os.path.exists(path) else []
 
     def get(self, label, processes):
         """The configuration's entry if at least one of its runs succeeded, else None."""
@@ -42,6 +63,10 @@ class Results:
         """Successful entries of a series, by number of processes."""
         return sorted((e for (l, _), e in self.configs.items() if l == label and e["ok_runs"]),
                       key=lambda e: e["processes"])
+
+    def entries(self, mode):
+        """Successful entries of every series of a mode, series by series."""
+        return [e for label in self.labels(mode) for e in self.series(label)]
 
     @property
     def serial(self):
@@ -71,42 +96,28 @@ class Results:
 
 def aggregate(runs):
     """(label, processes) -> the median-time run's row, with the median time and accuracy over its repeats."""
-    groups = {}
-    for row in runs:
-        if row["mode"] != "allreduce_test":
-            groups.setdefault((row["label"], row["processes"]), []).append(row)
     configs = {}
-    for key, group in groups.items():
-        ok = sorted((r for r in group if r["status"] == "ok"), key=lambda r: r["time"])
-        entry = dict(ok[(len(ok) - 1) // 2] if ok else group[0])
+    trainings = [r for r in runs if r["mode"] != "allreduce_test"]
+    for key, rows in group(trainings, ("label", "processes")).items():
+        ok = sorted((r for r in rows if r["status"] == "ok"), key=lambda r: r["time"])
+        entry = dict(ok[(len(ok) - 1) // 2] if ok else rows[0])
         if ok:
             entry["time"] = statistics.median(r["time"] for r in ok)
             entry["test_accuracy"] = statistics.median(r["test_accuracy"] for r in ok)
-        entry.update(runs=len(group), ok_runs=len(ok), epoch_accuracy=epoch_list(entry.get("epoch_accuracy")))
+        epochs = entry.get("epoch_accuracy")  # '84.9;90.1', or a number when there is one epoch
+        entry.update(runs=len(rows), ok_runs=len(ok),
+                     epoch_accuracy=[] if epochs is None else [float(a) for a in str(epochs).split(";") if a])
         configs[key] = entry
     return configs
 
 
 def median_rows(rows, keys):
     """One row per value of `keys`, its times (columns ending in _s, or seconds) the median over repeats."""
-    groups = {}
-    for row in rows:
-        groups.setdefault(tuple(row.get(k) for k in keys), []).append(row)
     merged = []
-    for group in groups.values():
-        row = dict(group[0])
-        for key in row:
-            if key.endswith("_s") or key == "seconds":
-                values = [r[key] for r in group if isinstance(r.get(key), (int, float))]
-                row[key] = statistics.median(values) if values else None
+    for same in group(rows, keys).values():
+        row = dict(same[0])
+        for key in (k for k in row if k.endswith("_s") or k == "seconds"):
+            values = [r[key] for r in same if isinstance(r.get(key), (int, float))]
+            row[key] = statistics.median(values) if values else None
         merged.append(row)
     return merged
-
-
-def epoch_list(value):
-    """runs.csv's '84.9;90.1' (read back as a number when there is one epoch) -> [84.9, 90.1]."""
-    if value is None:
-        return []
-    if isinstance(value, (int, float)):
-        return [float(value)]
-    return [float(a) for a in str(value).split(";") if a]

@@ -4,9 +4,8 @@ A run that fails or hangs is a row with status "failed" and a one-line error: no
 one experiment broke, and a feature that has not landed yet (an option main.py rejects) is just a failed row.
 """
 __all__ = ["Experiment", "experiment_matrix", "main_command", "run_training", "run_allreduce_test",
-           "run_trace", "TRACES", "Progress", "read_csv", "machine_info", "RUN_FIELDS", "ASYNC_VARIANTS"]
+           "run_trace", "TRACES", "Progress", "machine_info", "RUN_FIELDS", "ASYNC_VARIANTS"]
 
-import csv
 import json
 import os
 import platform
@@ -19,6 +18,8 @@ import time
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+from reporting.model import SERIES
+from reporting.results import read_csv
 from utils import mpiexec_command
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -69,15 +70,14 @@ def experiment_matrix(options):
     """Every configuration, in order: serial, sync (gradients over ring and MPI, factors over the ring), async,
     allreduce_test."""
     matrix = [Experiment("serial", "serial", 1)]
-    for scaling in ("strong", "weak"):
-        for allreduce, exchange in (("ring", "gradients"), ("mpi", "gradients"), ("ring", "factors")):
-            matrix += [sync_experiment(allreduce, scaling, exchange, p) for p in options.processes]
+    for scaling, exchange, allreduce in SERIES:
+        matrix += [sync_experiment(allreduce, scaling, exchange, p) for p in options.processes]
     for variant in options.async_variants:
         matrix += [async_experiment(m, p, variant) for m, p in options.async_runs]
     return matrix + [Experiment("allreduce_test", "allreduce_test", p) for p in options.allreduce_processes]
 
 
-# The traced runs drawn in the report: (file stem, experiment, what the picture explains).
+# The traced runs drawn in the report: (file stem, experiment); the template captions each picture.
 TRACES = [("serial", Experiment("serial", "serial", 1)),
           ("sync_P2", sync_experiment("ring", "strong", "gradients", 2)),
           ("sync_P4", sync_experiment("ring", "strong", "gradients", 4)),
@@ -190,7 +190,7 @@ def run_allreduce_test(experiment, options, repeat):
         start = time.perf_counter()
         returncode, _, stderr = run_command(command, options.timeout)
         row["wall_time"] = row["time"] = round(time.perf_counter() - start, 3)
-        rows = read_csv(path) if os.path.exists(path) else []
+        rows = read_csv(path)
     if not rows:
         return dict(row, status="failed", error=failure(returncode, stderr, options.timeout)), []
     status = "ok" if returncode == 0 else "checks failed"  # it exits 1 when an answer disagrees
@@ -221,44 +221,24 @@ class Progress:
     """A text progress bar on stderr: redrawn in place on a terminal, one line per run otherwise."""
 
     def __init__(self, total, width=30):
-        self.total, self.width, self.done = total, width, 0
-        self.start = time.perf_counter()
-        self.tty = sys.stderr.isatty()
+        self.total, self.width, self.done, self.start = total, width, 0, time.perf_counter()
 
-    def bar(self, text):
-        filled = self.width * self.done // max(self.total, 1)
-        elapsed = int(time.perf_counter() - self.start)
-        return (f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} "
+    def show(self, text, finished):
+        filled, elapsed = self.width * self.done // max(self.total, 1), int(time.perf_counter() - self.start)
+        line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} "
                 f"{elapsed // 60}m{elapsed % 60:02d}s  {text}")
+        if sys.stderr.isatty():
+            end = "\n" if finished and self.done == self.total else ""
+            print("\r" + line.ljust(110)[:110], end=end, file=sys.stderr, flush=True)
+        elif finished:
+            print(line, file=sys.stderr, flush=True)
 
     def running(self, text):
-        if self.tty:
-            print("\r" + self.bar(f"running {text}").ljust(110)[:110], end="", file=sys.stderr, flush=True)
+        self.show(f"running {text}", False)
 
     def finished(self, text):
         self.done += 1
-        line = self.bar(text)
-        print(("\r" + line.ljust(110)) if self.tty else line, end="\n" if not self.tty or
-              self.done == self.total else "", file=sys.stderr, flush=True)
-
-
-def read_csv(path):
-    """CSV rows as dictionaries: numbers and booleans converted, empty cells None."""
-    with open(path, newline="") as f:
-        return [{key: convert(value) for key, value in row.items()} for row in csv.DictReader(f)]
-
-
-def convert(text):
-    if text is None or text == "":
-        return None
-    if text in ("True", "False"):
-        return text == "True"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+        self.show(text, True)
 
 
 def machine_info():
