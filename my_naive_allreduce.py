@@ -45,6 +45,11 @@ def check_buffers(send, recv):
                          f"and {type(recv).__name__}")
     if send.shape != recv.shape:
         raise ValueError(f"send and recv shapes differ: {send.shape} and {recv.shape}")
+    check_elements(send, recv)
+
+
+def check_elements(send, recv):
+    """Raise ValueError unless send and recv share one numeric dtype and recv is writeable."""
     if send.dtype != recv.dtype:
         raise ValueError(f"send and recv dtypes differ: {send.dtype} and {recv.dtype}")
     if send.dtype.kind not in "biufc":
@@ -93,12 +98,7 @@ def check_blocks(send, recv, counts, size, rank):
         raise ValueError(f"send holds {send.size} elements, counts[{rank}] says {counts[rank]}")
     if recv.size != sum(counts):
         raise ValueError(f"recv holds {recv.size} elements, the counts add up to {sum(counts)}")
-    if send.dtype != recv.dtype:
-        raise ValueError(f"send and recv dtypes differ: {send.dtype} and {recv.dtype}")
-    if send.dtype.kind not in "biufc":
-        raise ValueError(f"dtype must be numeric, got {send.dtype}")
-    if not recv.flags.writeable:
-        raise ValueError("recv is read-only")
+    check_elements(send, recv)
     return counts
 
 

@@ -145,14 +145,14 @@ class NeuralNetwork:
 
     def create_batches(self, data, labels, batch_size):
         """-> list of number_of_batches (x, y) mini-batches, each batch_size distinct random samples."""
-        return [self.sample_batch(data, labels, batch_size) for _ in range(self.number_of_batches)]
-
-    def sample_batch(self, data, labels, batch_size):
-        """-> one (x, y) mini-batch of batch_size distinct random samples."""
-        if batch_size > len(data):
-            raise ValueError(f"mini-batch of {batch_size} from only {len(data)} samples")
-        chosen = self.rng.choice(len(data), batch_size, replace=False)
-        return data[chosen], labels[chosen]
+        count = len(data)
+        if batch_size > count:
+            raise ValueError(f"mini-batch of {batch_size} from only {count} samples")
+        batches = []
+        for _ in range(self.number_of_batches):
+            chosen = self.rng.choice(count, batch_size, replace=False)
+            batches.append((data[chosen], labels[chosen]))
+        return batches
 
     def fit(self, training_data, validation_data=None, checkpoint=None):
         """Train until `epochs` epochs are done; after each, report accuracy and write `checkpoint`.
