@@ -1,7 +1,8 @@
 """Run the course's experiments and write results/*.csv, PNG plots and results/REPORT.md.
 
 Usage:
-    python3 report.py                      # the whole matrix, 5 epochs: about 15 minutes on 2 cores
+    python3 report.py                      # the whole matrix, 5 epochs: about 6 minutes on 2 cores
+    python3 report.py --repeats 3          # each configuration 3 times, tables of medians: about 17 minutes
     python3 report.py --quick              # tiny settings, P <= 4, into results/quick/ (under a minute)
     python3 report.py --report-only        # refit the model, redraw the plots and REPORT.md from --out's CSVs
 
@@ -24,7 +25,7 @@ from reporting.model import measure_compute  # noqa: E402
 from reporting.plots import PLOTS, draw_plots  # noqa: E402
 from reporting.render import write_report  # noqa: E402
 from reporting.results import Results  # noqa: E402
-from reporting.runs import (ASYNC_VARIANTS, RUN_FIELDS, TRACES, Progress, experiment_matrix,  # noqa: E402
+from reporting.runs import (ASYNC_VARIANTS, TRACES, Progress, experiment_matrix,  # noqa: E402
                             machine_info, run_allreduce_test, run_trace, run_training)
 from utils import load_mnist, write_csv  # noqa: E402
 
@@ -34,7 +35,7 @@ PROJECT_DIR = os.path.dirname(os.path.abspath(__file__))
 DEFAULTS = dict(processes=[2, 4, 8, 16], async_runs=[(2, 4), (2, 8), (4, 8), (4, 16)],
                 async_variants=list(ASYNC_VARIANTS), allreduce_processes=[2, 4, 8],
                 allreduce_sizes=",".join(f"2^{k}" for k in range(12, 22)), allreduce_repeats=20, compute_repeats=300,
-                epochs=5, batches=632, timeout=2400, out=os.path.join(PROJECT_DIR, "results"))
+                epochs=5, batches=632, timeout=2400, trace_steps="100:106", out=os.path.join(PROJECT_DIR, "results"))
 QUICK = dict(DEFAULTS, processes=[2, 4], async_runs=[(2, 3), (2, 4)], allreduce_processes=[2, 4],
              allreduce_sizes="2^10,2^12,2^14,2^16", allreduce_repeats=3, compute_repeats=20, epochs=2, batches=30,
              timeout=120, out=os.path.join(PROJECT_DIR, "results", "quick"))
@@ -61,12 +62,12 @@ def run_all(options):
     matrix = [(e, r) for e in experiment_matrix(options) for r in range(options.repeats)]
     progress, runs, allreduce_rows = Progress(1 + len(matrix) + len(TRACES)), [], []
     start = time.perf_counter()
-    progress.running("compute micro-benchmark")
+    progress.show("running the compute micro-benchmark")
     compute = measure_compute(options.layers, options.compute_repeats, validation_rows or 10000)
     write_csv(os.path.join(out, "compute.csv"), compute)
-    progress.finished(f"compute micro-benchmark: {1e3 * compute[-1]['seconds']:.1f} ms per evaluation")
+    progress.show(f"compute micro-benchmark: {1e3 * compute[-1]['seconds']:.1f} ms per evaluation", True)
     for experiment, repeat in matrix:
-        progress.running(experiment.name())
+        progress.show(f"running {experiment.name()}")
         if experiment.mode == "allreduce_test":
             row, rows = run_allreduce_test(experiment, options, repeat)
             allreduce_rows += [dict(r, repeat=repeat) for r in rows]
@@ -74,14 +75,14 @@ def run_all(options):
         else:
             row = run_training(experiment, options, repeat, os.path.join(out, "records"))
         runs.append(row)
-        write_csv(os.path.join(out, "runs.csv"), runs, RUN_FIELDS)
+        write_csv(os.path.join(out, "runs.csv"), runs)
         outcome = f"{row['time']:.2f} s" if row["status"] == "ok" else f"{row['status']}: {row['error'][:60]}"
-        progress.finished(f"{experiment.name()}: {outcome}")
+        progress.show(f"{experiment.name()}: {outcome}", True)
     for stem, experiment in TRACES:
-        progress.running(f"trace {stem}")
+        progress.show(f"running trace {stem}")
         png, error = run_trace(stem, experiment, options, os.path.join(out, "traces"))
         info["traces"][stem] = {"png": png and os.path.relpath(png, out), "error": error}
-        progress.finished(f"trace {stem}: {'drawn' if png else error[:60]}")
+        progress.show(f"trace {stem}: {'drawn' if png else error[:60]}", True)
     info.update(duration=time.perf_counter() - start, load_average_end=os.getloadavg())
     write_info(out, info)
 
@@ -92,67 +93,53 @@ def write_info(out, info):
 
 
 def settings_of(options):
-    keys = ("epochs", "batches", "batch_size", "layers", "seed", "repeats", "quick", "processes", "async_runs",
-            "async_variants", "allreduce_processes", "allreduce_sizes", "allreduce_repeats", "compute_repeats")
-    return dict({key: getattr(options, key) for key in keys}, learning_rate=0.1,
+    machine_only = ("out", "report_only", "timeout", "trace_steps", "cores")
+    return dict({key: value for key, value in vars(options).items() if key not in machine_only}, learning_rate=0.1,
                 data_dir=options.data_dir or "data/mnist (the bundled MNIST)")
 
 
-def number_list(text):
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"need positive integers: {text!r}")
-    return values
+def comma_list(item, what):
+    """An argparse type: 'a,b' -> [item('a'), item('b')], or a one-line error naming `what` it expects."""
+    def parse(text):
+        try:
+            values = [item(part.strip().lower()) for part in text.split(",") if part.strip()]
+        except ValueError:
+            values = []
+        if not values:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of {what}")
+        return values
+    return parse
+
+
+def positive(text):
+    if int(text) < 1:
+        raise ValueError(text)
+    return int(text)
 
 
 def masters_by_processes(text):
-    """'2x4,4x8' -> [(2, 4), (4, 8)]: masters x processes, at least one worker each."""
-    pairs = []
-    for part in text.split(","):
-        try:
-            masters, processes = (int(n) for n in part.lower().split("x"))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not MxP (masters x processes): {part!r}") from None
-        if not 1 <= masters < processes:
-            raise argparse.ArgumentTypeError(f"{part!r}: need 1 <= masters < processes")
-        pairs.append((masters, processes))
-    return pairs
-
-
-def variant_list(text):
-    """'default,plain' -> ['default', 'plain'], each a key of ASYNC_VARIANTS."""
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in ASYNC_VARIANTS]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown)} (choose from {', '.join(ASYNC_VARIANTS)})")
-    return names
+    """'2x4' -> (2, 4): masters x processes, at least one worker."""
+    masters, processes = (int(n) for n in text.split("x"))
+    if not 1 <= masters < processes:
+        raise ValueError(text)
+    return masters, processes
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add = parser.add_argument
     add("--quick", action="store_true", help="tiny settings (2 epochs of 30 mini-batches, P <= 4) into results/quick/")
-    add("--processes", type=number_list, help="sync process counts (default 2,4,8,16)")
-    add("--async-runs", type=masters_by_processes, metavar="MxP,...", help="masters x processes (default "
-        "2x4,2x8,4x8,4x16)")
-    add("--async-variants", type=variant_list, metavar="NAME,...",
-        help="default (main.py's), plain (--unbounded --compensation 0)")
-    add("--allreduce-processes", type=number_list, help="process counts for allreduce_test.py (default 2,4,8)")
-    add("--allreduce-sizes", help="array sizes for allreduce_test.py (default 2^12,...,2^21)")
-    add("--allreduce-repeats", type=int, help="timed repetitions per size (default 20)")
-    add("--compute-repeats", type=int, help="timed steps per row count in the micro-benchmark (default 300)")
+    add("--processes", type=comma_list(positive, "positive integers"), help="sync process counts (default 2,4,8,16)")
+    add("--async-runs", type=comma_list(masters_by_processes, "MxP with 1 <= M < P"), metavar="MxP,...",
+        help="masters x processes (default 2x4,2x8,4x8,4x16)")
+    add("--allreduce-processes", type=comma_list(positive, "positive integers"),
+        help="process counts for allreduce_test.py (default 2,4,8)")
     add("--epochs", type=int, help="epochs per training run (default 5)")
     add("--batches", type=int, help="mini-batches per epoch (default 632)")
     add("--repeats", type=int, default=1, help="runs of every configuration; tables use the median (default 1)")
     add("--seed", type=int, default=1, help="seed of the first repeat; repeat r uses seed + r (default 1)")
     add("--data-dir", help="MNIST-format data folder passed to main.py (default: the bundled MNIST)")
     add("--timeout", type=int, help="seconds before a run counts as hung and is killed (default 2400)")
-    add("--trace-steps", default="100:106",
-        help="steps bench/timeline.py draws of a traced run: rank 0's mini-batches, or master 0's "
-             "updates for async (default 100:106)")
     add("--out", help="output folder (default results/, with --quick results/quick/)")
     add("--report-only", action="store_true", help="run nothing: plots and REPORT.md from --out's CSVs")
     return complete(parser.parse_args(argv))
@@ -161,7 +148,7 @@ def parse_args(argv=None):
 def complete(options):
     """Fill what the command line left open from the preset (quick or full)."""
     for key, value in (QUICK if options.quick else DEFAULTS).items():
-        if getattr(options, key) is None:
+        if getattr(options, key, None) is None:
             setattr(options, key, value)
     if options.data_dir:
         options.data_dir = os.path.abspath(options.data_dir)  # the runs start in the project folder

@@ -2,7 +2,9 @@
 
 T_compute is measured in this process on the report's network with one BLAS thread (measure_compute), per
 row count, because it is far from proportional to the rows: the products with the 784x128 layer stream the
-whole matrix and write its whole gradient whatever the number of rows. T_exchange is each algorithm's
+whole matrix and write its whole gradient whatever the number of rows. A rank of a parallel run computes
+kappa times slower than that lone process; kappa is measured from the sync runs' own compute times
+(CostModel.calibrate) and applies to every parallel run's compute and evaluation. T_exchange is each algorithm's
 alpha-beta form (latency alpha per message round, beta per element moved) with alpha and beta fitted to
 allreduce_test.py's times. Everything predicted here is for one core per process.
 """
@@ -107,6 +109,15 @@ class CostModel:
         self.layers, self.batch, self.batches = settings["layers"], settings["batch_size"], settings["batches"]
         self.parameters = sum(i * o + o for i, o in zip(self.layers[:-1], self.layers[1:]))
         self.factor_row = sum(self.layers[:-1]) + sum(self.layers[1:])  # a layer's input row and delta row
+        self.kappa = 1.0
+
+    def calibrate(self, entries):
+        """kappa: the median over `entries` (sync runs exchanging gradients) of their compute per step against
+        T_compute at their rows per rank; 1 without such runs."""
+        per_rank = lambda e: math.ceil(self.rows(e["processes"], e["scaling"]) / e["processes"])  # noqa: E731
+        ratios = [e["compute_time"] / e["steps"] / self.compute(per_rank(e)) for e in entries
+                  if self.tables["step"] and e.get("compute_time") and e.get("steps")]
+        self.kappa = statistics.median(ratios) if ratios else 1.0
 
     @property
     def ready(self):
@@ -125,19 +136,24 @@ class CostModel:
 
     def step(self, p, exchange="gradients", allreduce="ring", scaling="strong"):
         """(compute, exchange) seconds of one step on the slowest rank, one core per process."""
-        rows = self.rows(p, scaling)
+        rows, kappa = self.rows(p, scaling), self.kappa if p > 1 else 1.0
         mine = math.ceil(rows / p)  # even_bounds: the first ranks take one row more
         if exchange == "factors":  # forward on my rows; every rank forms the whole batch's weight gradient
             compute = self.compute(rows) - self.compute(rows, "forward") + self.compute(mine, "forward")
-            return compute, exchange_time(self.fits, "allgather", p, self.factor_row * rows)
-        return self.compute(mine), exchange_time(self.fits, allreduce, p, self.parameters)
+            return kappa * compute, exchange_time(self.fits, "allgather", p, self.factor_row * rows)
+        return kappa * self.compute(mine), exchange_time(self.fits, allreduce, p, self.parameters)
+
+    def evaluate(self, p, shared):
+        """Seconds of one validation pass on rank 0 of p processes: a p-th of it if they share it."""
+        if p == 1:
+            return self.evaluation
+        return self.kappa * self.evaluation / (p if shared else 1)
 
     def epoch(self, p, shared_evaluation, scaling="strong", **kind):
         """(seconds, samples) of one epoch, one core per process."""
         compute, exchange = self.step(p, scaling=scaling, **kind)
         steps = math.ceil(self.batches / p) if scaling == "weak" else self.batches
-        evaluation = self.evaluation / (p if shared_evaluation else 1)
-        return steps * (compute + exchange) + evaluation, steps * self.rows(p, scaling)
+        return steps * (compute + exchange) + self.evaluate(p, shared_evaluation), steps * self.rows(p, scaling)
 
     def speedup(self, p, shared_evaluation, **kind):
         """Predicted samples per second relative to serial's."""
@@ -156,7 +172,7 @@ class CostModel:
         p = entry["processes"]
         parts = self.step(p, entry.get("exchange") or "gradients", entry.get("allreduce"),
                           entry.get("scaling") or "strong")
-        evaluation = self.evaluation / (p if entry.get("evaluation_time") is not None else 1)
+        evaluation = self.evaluate(p, entry.get("evaluation_time") is not None)
         steps = entry.get("steps") or (entry["epochs"] * entry["batches"] if entry["mode"] == "serial" else None)
         share = max(1.0, p / self.cores)
         if not self.ready or not steps or parts[1] is None:

@@ -1,53 +1,49 @@
-"""REPORT.md: one dictionary of computed figures rendered into REPORT.md.template.
+"""REPORT.md: one dictionary of computed figures rendered into REPORT.md.j2 by Jinja2.
 
-Every word that depends on the numbers (faster or slower, which term dominates, diverged or not) is chosen
-by `pick`, comparing two figures in the function that computes them; the template holds all the prose and
-the tables' headers, the functions here their rows.
+The functions here compute figures and the comparisons the text turns on (booleans: faster or slower,
+diverged or not); the template holds every word and every table, and chooses between two phrasings with the
+`choose` filter. A group of figures that cannot be computed is named at the end of the report and its figures
+read as dashes.
 """
-__all__ = ["figures", "write_report", "Figures"]
+__all__ = ["figures", "render", "write_report"]
 
 import os
 import statistics
-import string
-from functools import partial
+
+import jinja2
 
 from reporting.model import FORMS, PREDICTED, SERIES, exchange_time, fit_rows
 
-TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "REPORT.md.template")
-# Earlier implementations' plain async runs (SPEC section 4) by (masters, processes), for comparison only.
-EARLIER_ASYNC = {(2, 4): "4.4 s, 91.2 %", (2, 8): "3.7 s, 10.1 %", (4, 8): "3.3 s, 88.0 %",
-                 (4, 16): "3.8 s, 10.1 %"}
-FORM_TEXT = {"ring": "2(P−1)(α + βn/P)", "naive": "(P−1)(α + βn)", "mpi": "2⌈log₂P⌉α + 2(P−1)βn/P",
-             "allgather": "(P−1)(α + βn/P), ring's α, β"}
 
+class Dash(jinja2.ChainableUndefined):
+    """A figure that was not computed: a dash in the text, nothing in a loop, false in a test."""
 
-class Figures(dict):
-    """The figures, able to render the template's named optional paragraphs (`@@ name` sections); a figure
-    that could not be computed reads as a dash instead of failing the report."""
-
-    def __init__(self, sections=None, **values):
-        super().__init__(values)
-        self.sections = sections or {}
-
-    def __missing__(self, key):
+    def __str__(self):
         return "–"
 
-    def section(self, name, **values):
-        return string.Template(self.sections[name]).substitute(Figures(self.sections, **dict(self, **values)))
+
+def number(pattern, scale=1.0):
+    """A filter writing a figure with `pattern`; a dash for one that was not measured."""
+    return lambda value: "–" if value is None or isinstance(value, jinja2.Undefined) else pattern.format(
+        scale * value)
 
 
-def pick(condition, yes, no):
-    """The word a comparison of figures calls for: the one place where numbers choose words."""
-    return yes if condition else no
+def starred(cores):
+    """A filter: '4*' when 4 processes exceed the cores (the run measures contention for them), else '4'."""
+    return lambda p: "–" if p is None or isinstance(p, jinja2.Undefined) else f"{p}*" if p > cores else str(p)
 
 
-def fmt(pattern, value, scale=1.0):
-    """A figure as text; a dash for one that was not measured."""
-    return "–" if value is None else pattern.format(scale * value)
+def choose(condition, yes, no):
+    """The phrase a comparison of figures calls for; a dash when the comparison could not be made."""
+    return "–" if condition is None or isinstance(condition, jinja2.Undefined) else yes if condition else no
 
 
-sec, pct, times = partial(fmt, "{:.2f} s"), partial(fmt, "{:.2f} %"), partial(fmt, "{:.2f}×")
-ms, signed, num = partial(fmt, "{:.3g} ms", scale=1e3), partial(fmt, "{:+.0f} %", scale=100), partial(fmt, "{:.3g}")
+FILTERS = {"sec": number("{:.2f} s"), "ms": number("{:.3g} ms", 1e3), "pct": number("{:.2f} %"),
+           "times": number("{:.2f}×"), "signed": number("{:+.0f} %", 100), "share": number("{:.0f} %", 100),
+           "num": number("{:.3g}"), "thousands": number("{:,.0f}"), "fixed": number("{:.2f}"),
+           "points": number("{:+.2f}"), "us": number("{:.1f}", 1e6), "ns": number("{:.3f}", 1e9),
+           "MB": number("{:.2f} MB", 1e-6), "GB": number("{:.2f} GB", 1e-9), "minutes": number("{:.1f} min", 1 / 60),
+           "choose": choose}
 
 
 def error(model, measured):
@@ -55,14 +51,9 @@ def error(model, measured):
 
 
 def median_error(errors):
-    """The median absolute relative error in %, a dash when there is none."""
+    """The median absolute relative error, None when there is none."""
     errors = [abs(e) for e in errors if e is not None]
-    return f"{100 * statistics.median(errors):.0f} %" if errors else "–"
-
-
-def rows(cells):
-    """Markdown table rows under a header the template holds."""
-    return "".join("| " + " | ".join(str(c) for c in row) + " |\n" for row in cells)
+    return statistics.median(errors) if errors else None
 
 
 def per_step(entry, key):
@@ -70,34 +61,24 @@ def per_step(entry, key):
 
 
 def header(r, f):
-    info, s = r.info, r.settings
-    f.update({**r.machine, **s}, command=info.get("command", "report.py"), started=info.get("started", "–"),
-             duration=f"{info.get('duration', 0) / 60:.1f} min", cores=r.cores, parameters=f"{r.model.parameters:,}",
-             quick_note=f.section("quick_note") if s.get("quick") else "")
     loads = [row["load_average"] for row in r.runs if row.get("load_average") is not None]
-    if loads:
-        f["load_note"] = f.section("load_note", load_min=f"{min(loads):.1f}", load_max=f"{max(loads):.1f}")
-    failed = [row for row in r.runs if row["status"] != "ok"]
-    if failed:
-        f["failures"] = f.section("failures", failed_rows=rows(
-            [row["label"], row["processes"], (row.get("error") or "").replace("|", "/")] for row in failed))
+    traces = r.info.get("traces") or {}
+    f.update(info=r.info, machine=r.machine, settings=r.settings, cores=r.cores, parameters=r.model.parameters,
+             loads=(min(loads), max(loads)) if loads else None, failed=[x for x in r.runs if x["status"] != "ok"],
+             traces={stem: t["png"] for stem, t in traces.items()
+                     if t.get("png") and os.path.exists(os.path.join(r.out, t["png"]))})
 
 
 def model_terms(r, f):
     model, c = r.model, r.model.compute
     fewest = min(range(1, 17), key=c)  # fewer rows are not always cheaper: BLAS picks kernels by shape
-    f.update(tc16=ms(c(16)), tc8=ms(c(8)), tc1=ms(c(1)), tc8_share=f"{100 * c(8) / c(16):.0f} %",
-             tc_min=ms(c(fewest)), tc_min_rows=fewest, compute_removable=ms(c(16) - c(fewest)),
-             validation_rows=f"{next(x['rows'] for x in r.compute_rows if x['kind'] == 'evaluate'):,}",
-             t_eval=ms(model.evaluation), factor_row=f"{model.factor_row:,}",
-             evaluation_mode=pick(r.shared_evaluation(), "the sync runs evaluate on every rank, a P-th each",
-                                  "rank 0 evaluates alone while the other ranks wait"),
+    f.update(tc={rows: c(rows) for rows in (1, 8, 16)}, tc8_share=c(8) / c(16), fewest=(fewest, c(fewest)),
+             removable=c(16) - model.kappa * c(fewest), t_eval=model.evaluation, factor_row=model.factor_row,
+             validation_rows=next(x["rows"] for x in r.compute_rows if x["kind"] == "evaluate"),
+             shared_evaluation=r.shared_evaluation(), kappa=model.kappa,
              fit_processes=", ".join(map(str, sorted({x["processes"] for x in fit_rows(r.allreduce, r.cores)}))),
-             constants_rows=rows([name, FORM_TEXT[name], f"{1e6 * a:.1f}", f"{1e9 * b:.3f}",
-                                  f"{8e-9 / b:.2f}" if b else "–", fit_error(r, name)]
-                                 for name, (a, b) in r.fits.items()),
-             compute_check=median_error(error(model.run(e)[2][0], per_step(e, "compute_time"))  # time-shared
-                                        for e in r.entries("sync") if e["processes"] <= r.cores))  # runs: slower
+             constants=[dict(name=name, alpha=a, beta=b, bandwidth=b and 8e-9 / b, error=fit_error(r, name))
+                        for name, (a, b) in r.fits.items()])
 
 
 def fit_error(r, name):
@@ -112,58 +93,32 @@ def model_table(r, f):
     for e in ([r.serial] if r.serial else []) + r.entries("sync"):
         model, share, (compute, exchange), evaluation = r.model.run(e)
         errors[share > 1].append(error(model, e["time"]))
-        measured_evaluation = e.get("evaluation_time") and e["evaluation_time"] / e["epochs"]
-        cells.append([r.over(e["processes"]), e["label"], sec(e["time"]), sec(model),
-                      signed(errors[share > 1][-1]),
-                      f"{ms(per_step(e, 'compute_time'))} / {ms(compute)}",
-                      f"{ms(per_step(e, 'communication_time'))} / {ms(exchange)}",
-                      f"{ms(measured_evaluation)} / {ms(evaluation)}"])
-    f.update(model_rows=rows(cells), error_fair=median_error(errors[False]), error_over=median_error(errors[True]))
+        cells.append(dict(e=e, model=model, error=errors[share > 1][-1], compute=(per_step(e, "compute_time"), compute),
+                          exchange=(per_step(e, "communication_time"), exchange),
+                          evaluation=(e.get("evaluation_time") and e["evaluation_time"] / e["epochs"], evaluation)))
     over = [e for e in errors[True] if e is not None]
-    if over:  # the whole sentence only when there are such runs; its verb chosen by the sign of the errors
-        f["error_reading"] = f.section(pick(statistics.median(over) < 0, "underestimates", "overestimates"))
+    f.update(model_rows=cells, error_fair=median_error(errors[False]), error_over=median_error(errors[True]))
+    if over:
+        f["underestimates"] = statistics.median(over) < 0
 
 
 def predictions(r, f):
     """The one-core-per-process table, and the figures Q3, Q4 and Q10 reason from."""
     model, speed = r.model, r.model.predictions(r.shared_evaluation())
-
-    def best(series):
-        p = max(PREDICTED, key=lambda p: speed[(p, series)])
-        return f"{times(speed[(p, series)])} (P = {p})"
-
-    steps = {p: model.step(p) for p in PREDICTED}
+    best = lambda series: max((speed[(p, series)], p) for p in PREDICTED)  # noqa: E731 - (speed-up, P)
+    steps = {p: model.step(p) for p in [1] + PREDICTED}
     over = [p for p in PREDICTED if steps[p][1] > steps[p][0]]
-    saved, exchange = model.compute(16) - model.compute(8), steps[2][1]
-    seconds, epochs = model.epoch(1, False)[0], r.settings["epochs"]
-    f.update(prediction_rows=rows([p] + [times(speed[(p, s)]) for s in SERIES] for p in PREDICTED),
-             best_pred_strong=best(SERIES[0]), best_pred_weak=best(SERIES[3]),
-             best_pred_factors=f"{best(SERIES[2])} strong and {best(SERIES[5])} weak",
-             crossover_p=over[0] if over else f"beyond {PREDICTED[-1]}", tx_ring2=ms(exchange),
-             tx_ring_limit=ms(2 * model.parameters * model.fits["ring"][1]), saved_compute=ms(saved),
-             exchange_vs_saving=pick(exchange > saved, "more", "less"),
-             dominant_term=pick(exchange > steps[2][0], "exchange", "compute"),
-             tx_factors2=ms(model.step(2, "factors")[1]), factor_elements2=f"{model.factor_row * model.batch:,}",
-             factors_speedup2=times(speed[(2, SERIES[2])]),
-             serial_model_epoch=f"{sec(seconds)} per epoch, {sec(seconds * epochs)} for {epochs} epochs")
+    saved, exchange = steps[1][0] - steps[2][0], steps[2][1]
     transfer = 2 * exchange_time(model.fits, "naive", 2, model.parameters)  # push and pull: P = 2 is one message
-    f.update(async_transfer=ms(transfer), async_dominant=pick(transfer > model.compute(16), "transfer", "compute"))
-
-
-def serial(r, f):
-    s = r.serial
-    f.update(serial_time=sec(s["time"]), serial_step=ms(s["time"] / (s["epochs"] * s["batches"])),
-             serial_accuracy=pct(s["test_accuracy"]),
-             serial_epochs=", ".join(f"{a:.2f}" for a in s["epoch_accuracy"]) + " %")
-
-
-def sync(r, f):
-    factors = r.get("sync ring strong factors", 2)
-    f.update(sync_counts=", ".join(map(str, r.settings["processes"])),
-             sync_rows=rows([r.over(e["processes"]), e["label"], sec(e["time"]),
-                             times(e["time"] / r.serial["time"]), times(r.speedup(e)), e.get("steps") or "–", e.get("elements_sent_per_step") or "–",
-                             e.get("wait_policy") or "–", pct(e["test_accuracy"])] for e in r.entries("sync")),
-             factors_measured2=times(r.speedup(factors)) if factors else "not measured, see the failed runs")
+    f.update(prediction_rows=[(p, [speed[(p, s)] for s in SERIES]) for p in PREDICTED],
+             pred_strong=best(SERIES[0]), pred_weak=best(SERIES[3]), pred_factors=(best(SERIES[2]), best(SERIES[5])),
+             crossover=over[0] if over else f"beyond {PREDICTED[-1]}", tx_ring2=exchange, saved_compute=saved,
+             compute2=steps[2][0], tx_ring_limit=2 * model.parameters * model.fits["ring"][1], exchange_costs_more=exchange > saved,
+             exchange_dominates=exchange > steps[2][0], tx_factors2=model.step(2, "factors")[1],
+             factor_elements2=model.factor_row * model.batch, factors_speedup2=speed[(2, SERIES[2])],
+             ring_speedup2=speed[(2, SERIES[0])],
+             serial_epoch=model.epoch(1, False)[0], serial_model=model.epoch(1, False)[0] * r.settings["epochs"],
+             async_transfer=transfer, transfer_dominates=transfer > model.compute(16))
 
 
 def best_gradient_run(r, scaling):
@@ -172,164 +127,96 @@ def best_gradient_run(r, scaling):
     return max([e for e in entries if e["processes"] <= r.cores] or entries, key=r.speedup)
 
 
+def runs(r, f):
+    """Q2-Q8: the runs themselves, the fastest against serial, and which async runs diverged."""
+    s, factors = r.serial, r.get("sync ring strong factors", 2)
+    async_runs = [dict(e, diverged=r.diverged(e["test_accuracy"]), plain="plain" in e["label"])
+                  for e in r.entries("async")]
+    default = [e for e in async_runs if not e["plain"]]
+    first = lambda key: next((e[key] for e in default if e.get(key) is not None), None)  # noqa: E731
+    shares = r.info.get("test_label_shares")
+    f.update(serial=s, serial_step=s["time"] / (s["epochs"] * s["batches"]), sync=r.entries("sync"),
+             factors_measured=factors and factors["speedup"], async_runs=async_runs,
+             compensation=first("compensation"), staleness_bound=first("max_staleness"),
+             one_digit=shares and (min(shares), max(shares)),
+             verdicts={name: verdict(r, [e for e in async_runs if e["plain"] == (name == "plain")])
+                       for name in ("plain", "default")},
+             accuracy_runs=[dict(e, gap=e["test_accuracy"] - s["test_accuracy"]) for e in
+                            r.entries("serial") + r.entries("sync") + r.entries("async")],
+             strong_gap=max((abs(e["test_accuracy"] - s["test_accuracy"]) for e in r.entries("sync")
+                             if e["scaling"] == "strong"), default=None),
+             weak_runs=r.series("sync ring weak"))
+    if isinstance(f["staleness_bound"], int):
+        f["bounded_workers"] = f["staleness_bound"] + 1
+
+
 def scaling(r, f):
-    """Q3-Q4: the fastest strong run against serial, Karp-Flatt, time-sharing, then Amdahl or Gustafson."""
-    strong = best_gradient_run(r, "strong")
-    p, speedup = strong["processes"], r.speedup(strong)
-    karp_flatt = (1 / speedup - 1 / p) / (1 - 1 / p) if p > 1 else None
-    f.update(best_strong_label=strong["label"], best_strong_p=p, best_strong_time=sec(strong["time"]),
-             best_strong_speedup=times(speedup), karp_flatt=fmt("{:.2f}", karp_flatt),
-             best_strong_verdict=pick(strong["time"] < r.serial["time"], "faster than", "slower than"),
-             karp_flatt_reading=f.section(pick(karp_flatt and karp_flatt > 1, "above_one", "below_one")))
-    oversubscribed(r, f)
-    weak = best_gradient_run(r, "weak")
-    f.update(best_weak_speedup=times(r.speedup(weak)), best_weak_p=weak["processes"],
-             scaling_law=pick(r.speedup(weak) > speedup, "Gustafson", "Amdahl"))
+    """Q3-Q4: the fastest strong and weak runs exchanging gradients against serial and each other."""
+    strong, weak = best_gradient_run(r, "strong"), best_gradient_run(r, "weak")
+    f.update(strong_run=strong, weak_run=weak, strong_faster=strong["time"] < r.serial["time"],
+             gustafson=weak["speedup"] > strong["speedup"])
 
 
-def oversubscribed(r, f):
-    """The paragraph on time-sharing, for the smallest strong ring run with more processes than cores."""
-    over = [e for e in r.series("sync ring strong") if e["processes"] > r.cores]
-    if not over or not r.model.ready:
-        return
-    e, (compute, exchange) = over[0], r.model.step(over[0]["processes"])
-    measured = per_step(e, "communication_time")
-    f["oversubscribed_paragraph"] = "\n" + f.section(
-        "oversubscribed_paragraph", over_p=e["processes"], over_one_core=ms(compute + exchange),
-        over_shared=ms((compute + exchange) * e["processes"] / r.cores), over_exchange=ms(measured),
-        over_measured=ms(per_step(e, "compute_time") + measured), over_model_exchange=ms(exchange),
-        over_wait_share=f"{100 * (1 - exchange / measured):.0f} %")
-
-
-def async_tables(r, f):
-    """Q5, Q6 and Q9's tables, main.py's async settings and which runs diverged."""
-    entries = r.entries("async")
-    for masters in (2, 4):
-        f[f"async{masters}_rows"] = rows(
-            [r.over(e["processes"]), e["workers"], e["label"], sec(e["time"]),
-             times(e["time"] / r.serial["time"]), pct(e["test_accuracy"]), num(e.get("staleness_mean")),
-             EARLIER_ASYNC.get((masters, e["processes"]), "–") if "plain" in e["label"] else "–"]
-            for e in entries if e["masters"] == masters)
-    default = [e for e in entries if "plain" not in e["label"]]
-    first = lambda key: next((e[key] for e in default if e.get(key) is not None), "–")  # noqa: E731
-    f.update(compensation=first("compensation"), staleness_bound=first("max_staleness"))
-    f["bounded_workers"] = f["staleness_bound"] + 1 if isinstance(f["staleness_bound"], int) else "–"
-    f["staleness_rows"] = rows(
-        [e["label"], r.over(e["processes"]), e["workers"],
-         " / ".join(num(e.get(k)) for k in ("staleness_mean", "staleness_p90", "staleness_max")),
-         pct(100 * e["master_idle_fraction"]) if e.get("master_idle_fraction") else "–",
-         pct(e["test_accuracy"]) + pick(r.diverged(e["test_accuracy"]), " (diverged)", "")] for e in entries)
-    verdicts(r, f, entries)
-
-
-def verdicts(r, f, entries):
-    """Q9's words: which runs diverged (one digit for every image), which only ended far below serial."""
-    shares = r.info.get("test_label_shares") or []
-    f["one_digit_range"] = f"{min(shares):.2f}–{max(shares):.2f} %" if shares else "about 10 %"
-    words = lambda es: ", ".join(f"{e['workers']} workers ({pct(e['test_accuracy'])})" for e in es)  # noqa: E731
-    for variant in ("plain", "default"):
-        mine = [e for e in entries if ("plain" in e["label"]) == (variant == "plain")]
-        gone = [e for e in mine if r.diverged(e["test_accuracy"])]
-        short = [e for e in mine if e not in gone and e["test_accuracy"] < r.serial["test_accuracy"] - 5]
-        f[f"{variant}_verdict"] = pick(gone, f"diverged with {words(gone)}", "did not diverge") + pick(
-            short, f" and ended more than 5 points below serial with {words(short)}", "")
-
-
-def accuracy(r, f):
-    s, strong = r.serial, [e for e in r.entries("sync") if e["scaling"] == "strong"]
-    f.update(accuracy_rows=rows([e["label"], r.over(e["processes"]), e["workers"], pct(e["test_accuracy"]),
-                                 f"{e['test_accuracy'] - s['test_accuracy']:+.2f}",
-                                 " → ".join(f"{a:.1f}" for a in e["epoch_accuracy"])]
-                                for e in r.entries("serial") + r.entries("sync") + r.entries("async")),
-             strong_gap=fmt("{:.2f}", max((abs(e["test_accuracy"] - s["test_accuracy"]) for e in strong),
-                                         default=None)),
-             weak_accuracies=", ".join(f"{pct(e['test_accuracy'])} at P = {e['processes']}"
-                                       for e in r.series("sync ring weak")))
+def verdict(r, entries):
+    """(the runs that diverged, the others that ended more than 5 points below serial)."""
+    gone = [e for e in entries if e["diverged"]]
+    return gone, [e for e in entries if e not in gone and e["test_accuracy"] < r.serial["test_accuracy"] - 5]
 
 
 def tradeoff(r, f):
     """Q10: sync against async at the async runs' process counts."""
-    cells, pairs = [], []
-    for p in sorted({e["processes"] for e in r.entries("async")}):
-        sync_entry, async_entries = r.get("sync ring strong", p), [r.get(f"async {m}m", p) for m in (2, 4)]
-        cells.append([r.over(p)] + [f"{sec(e['time'])}, {pct(e['test_accuracy'])}" if e else "–"
-                                    for e in [sync_entry] + async_entries])
-        pairs += [(p, sync_entry, a) for a in async_entries if a and sync_entry]
-    f["tradeoff_rows"] = rows(cells)
-    p, sync_entry, async_entry = pairs[0]
-    f.update(tradeoff_p=r.over(p), tradeoff_sync=sec(sync_entry["time"]), tradeoff_async=sec(async_entry["time"]),
-             async_vs_sync=pick(async_entry["time"] < sync_entry["time"], "faster", "slower"))
+    counts = sorted({e["processes"] for e in r.entries("async")})
+    cells = [(p, [r.get("sync ring strong", p), r.get("async 2m", p), r.get("async 4m", p)]) for p in counts]
+    p, sync_entry, async_entry = next((p, s, a) for p, (s, *asyncs) in cells for a in asyncs if s and a)
+    f.update(tradeoff_rows=cells, tradeoff_p=p, tradeoff_sync=sync_entry["time"],
+             tradeoff_async=async_entry["time"], async_faster=async_entry["time"] < sync_entry["time"])
 
 
 def allreduce(r, f):
-    """Q11-Q12: times against the fitted model, elements counted at the sends against theory."""
-    measured = sorted(r.allreduce, key=lambda x: (x["processes"], x["size"]))
+    """Q11-Q13: times against the fitted model, elements counted at the sends, bytes over the training runs."""
     model = lambda x, name: exchange_time(r.fits, name, x["processes"], x["size"])  # noqa: E731
-    f["allreduce_rows"] = rows(
-        [r.over(x["processes"]), f"{x['size']:,}", ms(x["naive_s"]), ms(x["ring_s"]), ms(x["mpi_s"]),
-         f"{x['naive_s'] / x['ring_s']:.2f}", " / ".join(signed(error(model(x, n), x[f"{n}_s"]))
-                                                       for n in ("naive", "ring", "mpi")),
-         pick(x.get("naive_equals_mpi") and x.get("ring_equals_mpi"), "yes", "NO")] for x in measured)
-    f["ring_crossover"] = "; ".join(f"P = {p}: {crossover(r, p)}" for p in sorted({x["processes"] for x in measured}))
-    f["sent_rows"] = rows(
-        [r.over(x["processes"]), f"{x['size']:,}", f"{x['naive_sent']:,}", f"{x['naive_theory']:,}",
-         f"{x['ring_sent_min']:,}–{x['ring_sent_max']:,}", f"{x['ring_theory']:,.0f}",
-         pick(x.get("sent_as_predicted"), "yes", "NO"),
-         f"{x['naive_sent'] * x['processes']:,} / {x['ring_sent_total']:,}"] for x in measured)
+    f["allreduce_rows"] = [dict(x, ratio=x["naive_s"] / x["ring_s"], naive_total=x["naive_sent"] * x["processes"],
+                                errors=[error(model(x, n), x[f"{n}_s"]) for n in ("naive", "ring", "mpi")])
+                           for x in sorted(r.allreduce, key=lambda x: (x["processes"], x["size"]))]
+    f["ring_crossover"] = [(p, crossover(r, p)) for p in sorted({x["processes"] for x in r.allreduce})]
+    sent = lambda name, p: 8 * FORMS[name](p)[1] * r.model.parameters  # noqa: E731 - bytes per process and step
+    f["gradient_sent"] = [(p, sent("naive", p), sent("ring", p)) for p in r.settings["processes"]]
+    f["total_rows"] = [dict(e, ring_bytes=e["processes"] * sent("ring", e["processes"]) * e["steps"],
+                            naive_bytes=e["processes"] * sent("naive", e["processes"]) * e["steps"])
+                       for e in r.entries("sync")
+                       if e.get("steps") and e["allreduce"] == "ring" and e.get("exchange") != "factors"]
 
 
 def crossover(r, p):
-    """The smallest array (powers of two) the fitted ring allreduces faster than the fitted naive one."""
-    sizes = [n for n in (2 ** k for k in range(8, 28))
-             if exchange_time(r.fits, "ring", p, n) < exchange_time(r.fits, "naive", p, n)]
-    return f"from about {sizes[0]:,} elements" if sizes else "ring never faster up to 2^27 elements"
+    """The smallest array (a power of two) the fitted ring allreduces faster than the fitted naive one."""
+    return next((n for n in (2 ** k for k in range(8, 28))
+                 if exchange_time(r.fits, "ring", p, n) < exchange_time(r.fits, "naive", p, n)), None)
 
 
-def data_sent(r, f):
-    """Q12-Q13 for this network's gradient: per step and process, and over every sync run (float64)."""
-    sent = lambda name, p: 8 * FORMS[name](p)[1] * r.model.parameters  # noqa: E731 - bytes per process and step
-    f["gradient_sent"] = "; ".join(f"P = {p}: naive {1e-6 * sent('naive', p):.2f} MB, ring "
-                                   f"{1e-6 * sent('ring', p):.2f} MB" for p in r.settings["processes"])
-    f["total_rows"] = rows([e["label"], r.over(e["processes"]), f"{e['steps']:,}",
-                            f"{1e-9 * e['processes'] * sent('ring', e['processes']) * e['steps']:.2f} GB",
-                            f"{1e-9 * e['processes'] * sent('naive', e['processes']) * e['steps']:.2f} GB",
-                            e.get("elements_sent_per_step") or "–"] for e in r.entries("sync")
-                           if e.get("steps") and e["allreduce"] == "ring" and e.get("exchange") != "factors")
-
-
-def traces(r, f):
-    """A picture, with the template's caption, for each traced run bench/timeline.py drew; none otherwise."""
-    for stem, slot in (("serial", "serial"), ("sync_P2", "sync"), ("sync_P4", "sync"), ("factors_P2", "sync"),
-                       ("async_2m_P4", "async")):
-        png = (r.info.get("traces") or {}).get(stem, {}).get("png")
-        if png and os.path.exists(os.path.join(r.out, png)):
-            f[f"trace_{slot}"] += "\n" + f.section(f"trace_{stem}", trace_png=png)
-
-
-GROUPS = [header, model_terms, model_table, predictions, serial, sync, scaling, async_tables, accuracy, tradeoff,
-          allreduce, data_sent, traces]
+GROUPS = [header, model_terms, model_table, predictions, runs, scaling, tradeoff, allreduce]
 
 
 def figures(results):
-    """The one dictionary REPORT.md is rendered from, the template's main text, and the groups that could not
-    be computed."""
-    with open(TEMPLATE) as source:
-        main, *parts = source.read().split("\n@@ ")
-    f = Figures(dict(part.split("\n", 1) for part in parts), failures="", load_note="", error_reading="",
-                oversubscribed_paragraph="", trace_serial="", trace_sync="", trace_async="")
-    missing = []
+    """The one dictionary REPORT.md is rendered from, and the groups of it that could not be computed."""
+    f, missing = {}, []
     for group in GROUPS:
         try:
             group(results, f)
-        except (KeyError, TypeError, ValueError, ZeroDivisionError, IndexError, AttributeError) as why:
+        except (KeyError, TypeError, ValueError, ZeroDivisionError, IndexError, AttributeError,
+                StopIteration) as why:
             missing.append(f"{group.__name__} ({type(why).__name__}: {why})")
-    return f, main, missing
+    return f, missing
+
+
+def render(results):
+    """REPORT.md's text."""
+    f, missing = figures(results)
+    environment = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.dirname(os.path.abspath(__file__))),
+                                     undefined=Dash, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    environment.filters.update(FILTERS, over=starred(results.cores))
+    return environment.get_template("REPORT.md.j2").render(f, missing=missing)
 
 
 def write_report(results, out):
-    f, main, missing = figures(results)
-    text = string.Template(main).substitute(f)
-    if missing:  # say which figures are dashes and why, rather than leave the reader guessing
-        text += "\n## Figures not computed\n\n" + "\n".join(f"- {m}" for m in missing) + "\n"
     with open(os.path.join(out, "REPORT.md"), "w") as target:
-        target.write(text)
+        target.write(render(results))

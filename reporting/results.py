@@ -49,6 +49,12 @@ class Results:
         self.configs = aggregate(self.runs)
         self.fits = fit_exchange(self.allreduce, self.cores) if self.allreduce else {}
         self.model = CostModel(self.compute_rows, self.fits, self.settings, self.cores)
+        self.model.calibrate([e for e in self.entries("sync") if e["processes"] <= self.cores
+                              and e.get("exchange") != "factors"])
+        serial = self.serial
+        for entry in self.configs.values():
+            entry["speedup"] = self.speedup(entry)
+            entry["vs_serial"] = entry["time"] / serial["time"] if serial and entry["ok_runs"] else None
 
     def get(self, label, processes):
         """The configuration's entry if at least one of its runs succeeded, else None."""
@@ -80,10 +86,6 @@ class Results:
         rate = lambda e: (e["samples_per_epoch"] or 1) * e["epochs"] / e["time"]  # noqa: E731
         return rate(entry) / rate(serial)
 
-    def over(self, processes):
-        """'4*' when `processes` exceed the cores (the run measures contention for them), else '4'."""
-        return f"{processes}*" if processes > self.cores else str(processes)
-
     def diverged(self, accuracy):
         """No better than answering one digit for every image (the largest digit's share, plus 2 points)."""
         shares = self.info.get("test_label_shares") or [11.35]
@@ -95,7 +97,8 @@ class Results:
 
 
 def aggregate(runs):
-    """(label, processes) -> the median-time run's row, with the median time and accuracy over its repeats."""
+    """(label, processes) -> the median-time run's row, with the median time and accuracy over its repeats and
+    the per-epoch accuracies of the first seed's run (so that runs of the same seed can be compared)."""
     configs = {}
     trainings = [r for r in runs if r["mode"] != "allreduce_test"]
     for key, rows in group(trainings, ("label", "processes")).items():
@@ -104,7 +107,7 @@ def aggregate(runs):
         if ok:
             entry["time"] = statistics.median(r["time"] for r in ok)
             entry["test_accuracy"] = statistics.median(r["test_accuracy"] for r in ok)
-        epochs = entry.get("epoch_accuracy")  # '84.9;90.1', or a number when there is one epoch
+        epochs = min(ok or rows, key=lambda r: r.get("repeat") or 0).get("epoch_accuracy")  # '84.9;90.1' or a number
         entry.update(runs=len(rows), ok_runs=len(ok),
                      epoch_accuracy=[] if epochs is None else [float(a) for a in str(epochs).split(";") if a])
         configs[key] = entry

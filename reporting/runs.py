@@ -4,7 +4,7 @@ A run that fails or hangs is a row with status "failed" and a one-line error: no
 one experiment broke, and a feature that has not landed yet (an option main.py rejects) is just a failed row.
 """
 __all__ = ["Experiment", "experiment_matrix", "main_command", "run_training", "run_allreduce_test",
-           "run_trace", "TRACES", "Progress", "machine_info", "RUN_FIELDS", "ASYNC_VARIANTS"]
+           "run_trace", "TRACES", "Progress", "machine_info", "ASYNC_VARIANTS"]
 
 import json
 import os
@@ -23,13 +23,6 @@ from reporting.results import read_csv
 from utils import mpiexec_command
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUN_FIELDS = [
-    "label", "mode", "processes", "masters", "workers", "allreduce", "scaling", "exchange", "async_variant",
-    "repeat", "seed", "epochs", "batches", "batch_size", "oversubscribed", "status", "error", "time",
-    "test_accuracy", "epoch_accuracy", "samples_per_epoch", "steps", "compute_time", "communication_time",
-    "evaluation_time", "elements_sent_per_step", "step_size", "wait_policy", "compensation", "max_staleness",
-    "staleness_mean", "staleness_p90", "staleness_max", "master_idle_fraction", "peak_rss_mb", "wall_time",
-    "load_average"]
 # "default" is main.py's own defaults (delay compensation plus a staleness bound); "plain" is plain
 # asynchronous SGD, every gradient applied with the full step whatever its staleness (what earlier reports ran).
 ASYNC_VARIANTS = {"default": [], "plain": ["--unbounded", "--compensation", "0"]}
@@ -210,44 +203,35 @@ def run_trace(stem, experiment, options, folder):
     if returncode != 0 or not os.path.exists(trace):
         return None, failure(returncode, stderr, options.timeout)
     timeline = os.path.join(PROJECT_DIR, "bench", "timeline.py")
-    if not os.path.exists(timeline):
-        return None, "bench/timeline.py is not in the project"
     window = ["--steps", options.trace_steps]  # async: rank 0's (master 0's) updates count the steps
     returncode, _, stderr = run_command([sys.executable, timeline, trace, "-o", png, *window], 300)
     return (png, "") if returncode == 0 and os.path.exists(png) else (None, failure(returncode, stderr, 300))
 
 
 class Progress:
-    """A text progress bar on stderr: redrawn in place on a terminal, one line per run otherwise."""
+    """A text progress bar on stderr: redrawn in place on a terminal, one line per finished step otherwise."""
 
-    def __init__(self, total, width=30):
-        self.total, self.width, self.done, self.start = total, width, 0, time.perf_counter()
+    def __init__(self, total):
+        self.total, self.done, self.start = total, 0, time.perf_counter()
 
-    def show(self, text, finished):
-        filled, elapsed = self.width * self.done // max(self.total, 1), int(time.perf_counter() - self.start)
-        line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {self.done}/{self.total} "
-                f"{elapsed // 60}m{elapsed % 60:02d}s  {text}")
+    def show(self, text, finished=False):
+        self.done += finished
+        filled, elapsed = 30 * self.done // max(self.total, 1), int(time.perf_counter() - self.start)
+        line = f"[{'#' * filled:.<30}] {self.done}/{self.total} {elapsed // 60}m{elapsed % 60:02d}s  {text}"
         if sys.stderr.isatty():
-            end = "\n" if finished and self.done == self.total else ""
+            end = "\n" if self.done == self.total else ""
             print("\r" + line.ljust(110)[:110], end=end, file=sys.stderr, flush=True)
         elif finished:
             print(line, file=sys.stderr, flush=True)
 
-    def running(self, text):
-        self.show(f"running {text}", False)
-
-    def finished(self, text):
-        self.done += 1
-        self.show(text, True)
-
 
 def machine_info():
-    """Cores, CPU, MPI library and versions, for the report's header."""
+    """Cores, CPU, MPI library and versions, for the report's header (MPI is not started here)."""
+    import mpi4py
     import numpy
-    probe = "import mpi4py; from mpi4py import MPI; print(mpi4py.__version__); print(MPI.Get_library_version())"
-    returncode, stdout, stderr = run_command([sys.executable, "-c", probe], 60)
-    lines = stdout.strip().splitlines() if returncode == 0 else [f"unknown ({failure(returncode, stderr, 60)})"]
+    mpi4py.rc.initialize = mpi4py.rc.finalize = False
+    from mpi4py import MPI
     with open("/proc/cpuinfo") if os.path.exists("/proc/cpuinfo") else open(os.devnull) as f:
         cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), platform.machine())
     return {"cores": os.cpu_count(), "cpu": cpu, "python": platform.python_version(), "numpy": numpy.__version__,
-            "mpi4py": lines[0], "mpi_library": " ".join(lines[1].split()) if len(lines) > 1 else "unknown"}
+            "mpi4py": mpi4py.__version__, "mpi_library": " ".join(MPI.Get_library_version().splitlines()[0].split())}
