@@ -93,7 +93,8 @@ def model_table(r, f):
     for e in ([r.serial] if r.serial else []) + r.entries("sync"):
         model, share, (compute, exchange), evaluation = r.model.run(e)
         errors[share > 1].append(error(model, e["time"]))
-        cells.append(dict(e=e, model=model, error=errors[share > 1][-1], compute=(per_step(e, "compute_time"), compute),
+        cells.append(dict(e=e, model=model, error=errors[share > 1][-1],
+                          compute=(per_step(e, "compute_time"), compute),
                           exchange=(per_step(e, "communication_time"), exchange),
                           evaluation=(e.get("evaluation_time") and e["evaluation_time"] / e["epochs"], evaluation)))
     over = [e for e in errors[True] if e is not None]
@@ -113,10 +114,10 @@ def predictions(r, f):
     f.update(prediction_rows=[(p, [speed[(p, s)] for s in SERIES]) for p in PREDICTED],
              pred_strong=best(SERIES[0]), pred_weak=best(SERIES[3]), pred_factors=(best(SERIES[2]), best(SERIES[5])),
              crossover=over[0] if over else f"beyond {PREDICTED[-1]}", tx_ring2=exchange, saved_compute=saved,
-             compute2=steps[2][0], tx_ring_limit=2 * model.parameters * model.fits["ring"][1], exchange_costs_more=exchange > saved,
-             exchange_dominates=exchange > steps[2][0], tx_factors2=model.step(2, "factors")[1],
-             factor_elements2=model.factor_row * model.batch, factors_speedup2=speed[(2, SERIES[2])],
-             ring_speedup2=speed[(2, SERIES[0])],
+             compute2=steps[2][0], tx_ring_limit=2 * model.parameters * model.fits["ring"][1],
+             exchange_costs_more=exchange > saved, exchange_dominates=exchange > steps[2][0],
+             tx_factors2=model.step(2, "factors")[1], factor_elements2=model.factor_row * model.batch,
+             factors_speedup2=speed[(2, SERIES[2])], ring_speedup2=speed[(2, SERIES[0])],
              serial_epoch=model.epoch(1, False)[0], serial_model=model.epoch(1, False)[0] * r.settings["epochs"],
              async_transfer=transfer, transfer_dominates=transfer > model.compute(16))
 
