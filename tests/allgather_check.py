@@ -7,14 +7,14 @@ on all, large; float64, float32, int64, int32, complex128; 1-D and 2-D buffers; 
 array, send already in its place in recv, send non-contiguous or aliasing recv elsewhere) and bad
 arguments, and prints on rank 0 one JSON object: the number of cases checked and each failure.
 """
-import hashlib
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
+
+from conformance import digest, nothing_pending, rejected, report  # noqa: E402
 
 import my_naive_allreduce  # noqa: E402
 import my_ring_allreduce  # noqa: E402
@@ -82,8 +82,7 @@ class Checker:
         if sent != predicted_elements(name, counts):
             self.failures.append(f"{where}: sent {sent} elements, predicted "
                                  f"{predicted_elements(name, counts)}")
-        digest = hashlib.blake2b(np.ascontiguousarray(recv), digest_size=16).digest()
-        self.digests.append((where, digest))
+        self.digests.append((where, digest(recv)))
 
 
 def reference(send, counts):
@@ -148,19 +147,9 @@ def bad_arguments():
     }
     for name, function in FUNCTIONS.items():
         for case, (send, recv, counts) in cases.items():
-            module = ALGORITHMS[name]
-            sent_before = module.bytes_sent
-            try:
-                function(send, recv, counts, comm)
-                failures.append(f"{name} {case}: no ValueError")
-            except ValueError:
-                pass
-            if module.bytes_sent != sent_before:
-                failures.append(f"{name} {case}: sent data before raising")
-    comm.Barrier()
-    if comm.Iprobe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG):
-        failures.append("a message is pending after the bad calls")
-    return failures
+            failures += rejected(f"{name} {case}", ALGORITHMS[name],
+                                 lambda: function(send, recv, counts, comm))  # noqa: B023 - called at once
+    return failures + nothing_pending(comm)
 
 
 def main():
@@ -168,15 +157,7 @@ def main():
     failures = bad_arguments()
     matrix(checker)
     unusual_buffers(checker)
-    failures += checker.failures
-    everyone = comm.gather((checker.digests, failures), root=0)
-    if rank == 0:
-        digests = [d for d, _ in everyone]
-        for index, (where, digest) in enumerate(digests[0]):
-            if any(other[index][1] != digest for other in digests[1:]):
-                failures.append(f"{where}: ranks hold different bits")
-        failures = sorted({f for _, rank_failures in everyone for f in rank_failures} | set(failures))
-        print(json.dumps({"processes": processes, "cases": checker.cases, "failures": failures}))
+    report(comm, checker.cases, checker.digests, failures + checker.failures)
 
 
 if __name__ == "__main__":

@@ -21,23 +21,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
-import my_naive_allreduce  # noqa: E402
 import sync_network  # noqa: E402
-import sync_network_collective  # noqa: E402
 from conftest import synthetic_digits  # noqa: E402
 import network as base  # noqa: E402
 from network import NeuralNetwork  # noqa: E402
+from sync_check import SIZES, VARIANTS, trained  # noqa: E402
 from sync_network import FactorBuffer  # noqa: E402
 from utils import even_bounds  # noqa: E402
 
-SIZES = [20, 12, 8, 10]
 WIDTH = sum(n_in + n_out for n_in, n_out in zip(SIZES[:-1], SIZES[1:]))  # factor numbers per row
-
-
-def trained(network, data):
-    """Train `network` for 2 epochs on `data` -> its flat parameters."""
-    network.fit(data)
-    return network.params
 
 
 def compare(comm, params, reference):
@@ -103,15 +95,10 @@ def main():
     data = synthetic_digits(pixels=SIZES[0])
     settings = dict(sizes=SIZES, learning_rate=0.3, mini_batch_size=batch_size,
                     number_of_batches=batches, epochs=2, seed=11, dtype=dtype)
-    variants = {
-        "ring": (sync_network.SynchronicNeuralNetwork, {}),
-        "naive": (sync_network.SynchronicNeuralNetwork, {"allreduce": my_naive_allreduce.allreduce}),
-        "mpi": (sync_network_collective.SynchronicNeuralNetwork, {}),
-    }
     results = {}
     for scaling in ("strong", "weak"):
         reference = serial_reference(settings, scaling, comm.size, data)
-        for name, (cls, extra) in variants.items():
+        for name, (cls, extra) in VARIANTS.items():
             network = cls(**settings, scaling=scaling, exchange="factors", **extra)
             identical, equal, difference = compare(comm, trained(network, data), reference)
             stats = network.statistics()

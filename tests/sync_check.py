@@ -22,6 +22,12 @@ from conftest import synthetic_digits  # noqa: E402
 from network import NeuralNetwork  # noqa: E402
 
 SIZES = [20, 12, 8, 10]
+# name -> (class, extra constructor arguments): the three exchanges a sync network can use
+VARIANTS = {
+    "ring": (sync_network.SynchronicNeuralNetwork, {}),
+    "naive": (sync_network.SynchronicNeuralNetwork, {"allreduce": my_naive_allreduce.allreduce}),
+    "mpi": (sync_network_collective.SynchronicNeuralNetwork, {}),
+}
 
 
 def trained(network, data):
@@ -43,11 +49,6 @@ def main():
     data = synthetic_digits(pixels=SIZES[0])
     settings = dict(sizes=SIZES, learning_rate=0.3, mini_batch_size=batch_size,
                     number_of_batches=batches, epochs=2, seed=11)
-    variants = {
-        "ring": (sync_network.SynchronicNeuralNetwork, {}),
-        "naive": (sync_network.SynchronicNeuralNetwork, {"allreduce": my_naive_allreduce.allreduce}),
-        "mpi": (sync_network_collective.SynchronicNeuralNetwork, {}),
-    }
     results = {}
     for scaling in ("strong", "weak"):
         if scaling == "strong":
@@ -57,7 +58,7 @@ def main():
             reference = trained(NeuralNetwork(**dict(
                 settings, mini_batch_size=batch_size * p, number_of_batches=math.ceil(batches / p),
                 learning_rate=settings["learning_rate"] * min(1, 2 / p))), data)
-        for name, (cls, extra) in variants.items():
+        for name, (cls, extra) in VARIANTS.items():
             network = cls(**settings, scaling=scaling, **extra)
             identical, difference = compare(comm, trained(network, data), reference)
             results[f"{name} {scaling}"] = {"identical": identical, "difference": difference,
