@@ -81,7 +81,7 @@ def plot_speedup(results, path):
             ax.plot(PREDICTED, values, color=colour(name), label=f"model: {name}")
         for label in (l for l in results.labels("sync") if scaling in l):
             series = results.series(label)
-            ax.plot([e["processes"] for e in series], [results.speedup(e) for e in series], linestyle="none",
+            ax.plot([e["processes"] for e in series], [e["speedup"] for e in series], linestyle="none",
                     color=colour(label), marker=style(label)["marker"], label=f"measured: {label}")
         ax.axhline(1, color="k", linewidth=1)
         log2_axis(ax, PREDICTED)

@@ -125,7 +125,7 @@ def predictions(r, f):
 def best_gradient_run(r, scaling):
     """The fastest run exchanging gradients with a core per process (any P if there is none)."""
     entries = [e for e in r.entries("sync") if e["scaling"] == scaling and e.get("exchange") != "factors"]
-    return max([e for e in entries if e["processes"] <= r.cores] or entries, key=r.speedup)
+    return max([e for e in entries if e["processes"] <= r.cores] or entries, key=lambda e: e["speedup"])
 
 
 def runs(r, f):

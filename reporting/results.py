@@ -51,10 +51,7 @@ class Results:
         self.model = CostModel(self.compute_rows, self.fits, self.settings, self.cores)
         self.model.calibrate([e for e in self.entries("sync") if e["processes"] <= self.cores
                               and e.get("exchange") != "factors"])
-        serial = self.serial
-        for entry in self.configs.values():
-            entry["speedup"] = self.speedup(entry)
-            entry["vs_serial"] = entry["time"] / serial["time"] if serial and entry["ok_runs"] else None
+        self.compare_with_serial()
 
     def get(self, label, processes):
         """The configuration's entry if at least one of its runs succeeded, else None."""
@@ -78,13 +75,14 @@ class Results:
     def serial(self):
         return self.get("serial", 1)
 
-    def speedup(self, entry):
-        """Samples per second relative to serial's (serial time / time when an epoch has the same samples)."""
+    def compare_with_serial(self):
+        """Each entry's speed-up (samples per second relative to serial's) and its time / serial's time."""
         serial = self.serial
-        if serial is None or entry is None or not entry.get("time"):
-            return None
         rate = lambda e: (e["samples_per_epoch"] or 1) * e["epochs"] / e["time"]  # noqa: E731
-        return rate(entry) / rate(serial)
+        for entry in self.configs.values():
+            known = serial is not None and entry["ok_runs"] and entry.get("time")
+            entry["speedup"] = rate(entry) / rate(serial) if known else None
+            entry["vs_serial"] = entry["time"] / serial["time"] if known else None
 
     def diverged(self, accuracy):
         """No better than answering one digit for every image (the largest digit's share, plus 2 points)."""
