@@ -32,11 +32,12 @@ from utils import load_mnist, write_csv  # noqa: E402
 __all__ = ["main", "parse_args", "run_all"]
 
 PROJECT_DIR = os.path.dirname(os.path.abspath(__file__))
-DEFAULTS = dict(processes=[2, 4, 8, 16], async_runs=[(2, 4), (2, 8), (4, 8), (4, 16)],
+DEFAULTS = dict(processes=[2, 4, 8, 16], async_runs=[(2, 4), (2, 8), (4, 8), (4, 16)], split_masters=[1, 2, 4],
+                split_workers=4,
                 async_variants=list(ASYNC_VARIANTS), allreduce_processes=[2, 4, 8],
                 allreduce_sizes=",".join(f"2^{k}" for k in range(12, 22)), allreduce_repeats=20, compute_repeats=300,
                 epochs=5, batches=632, timeout=2400, trace_steps="100:106", out=os.path.join(PROJECT_DIR, "results"))
-QUICK = dict(DEFAULTS, processes=[2, 4], async_runs=[(2, 3), (2, 4)], allreduce_processes=[2, 4],
+QUICK = dict(DEFAULTS, processes=[2, 4], async_runs=[(2, 3), (2, 4)], allreduce_processes=[2, 4], split_workers=2,
              allreduce_sizes="2^10,2^12,2^14,2^16", allreduce_repeats=3, compute_repeats=20, epochs=2, batches=30,
              timeout=120, out=os.path.join(PROJECT_DIR, "results", "quick"))
 
@@ -69,7 +70,7 @@ def run_all(options):
     for experiment, repeat in matrix:
         progress.show(f"running {experiment.name()}")
         if experiment.mode == "allreduce_test":
-            row, rows = run_allreduce_test(experiment, options, repeat)
+            row, rows = run_allreduce_test(experiment, options, repeat, os.path.join(out, "records"))
             allreduce_rows += [dict(r, repeat=repeat) for r in rows]
             write_csv(os.path.join(out, "allreduce.csv"), allreduce_rows, None if allreduce_rows else ["processes"])
         else:
@@ -93,7 +94,7 @@ def write_info(out, info):
 
 
 def settings_of(options):
-    machine_only = ("out", "report_only", "timeout", "trace_steps", "cores")
+    machine_only = ("out", "report_only", "timeout", "trace_steps", "cores")  # mpiexec_args stays: it shapes times
     return dict({key: value for key, value in vars(options).items() if key not in machine_only}, learning_rate=0.1,
                 data_dir=options.data_dir or "data/mnist (the bundled MNIST)")
 
@@ -142,6 +143,9 @@ def parse_args(argv=None):
     add("--timeout", type=int, help="seconds before a run counts as hung and is killed (default 2400)")
     add("--out", help="output folder (default results/, with --quick results/quick/)")
     add("--report-only", action="store_true", help="run nothing: plots and REPORT.md from --out's CSVs")
+    add("--mpiexec-args", type=shlex.split, default=[], metavar="'ARGS'",
+        help="options for every mpiexec, e.g. '-bind-to core' (MPICH) or '--bind-to core' (Open MPI): one core "
+             "per rank on a machine with enough cores (docs/model.md)")
     return complete(parser.parse_args(argv))
 
 

@@ -5,9 +5,10 @@ diverged or not); the template holds every word and every table, and chooses bet
 `choose` filter. A group of figures that cannot be computed is named at the end of the report and its figures
 read as dashes.
 """
-__all__ = ["figures", "render", "write_report"]
+__all__ = ["figures", "render", "write_report", "check_questions"]
 
 import os
+import re
 import statistics
 
 import jinja2
@@ -42,7 +43,7 @@ FILTERS = {"sec": number("{:.2f} s"), "ms": number("{:.3g} ms", 1e3), "pct": num
            "times": number("{:.2f}×"), "signed": number("{:+.0f} %", 100), "share": number("{:.0f} %", 100),
            "num": number("{:.3g}"), "thousands": number("{:,.0f}"), "fixed": number("{:.2f}"),
            "points": number("{:+.2f}"), "us": number("{:.1f}", 1e6), "ns": number("{:.3f}", 1e9),
-           "MB": number("{:.2f} MB", 1e-6), "GB": number("{:.2f} GB", 1e-9), "minutes": number("{:.1f} min", 1 / 60),
+           "MB": number("{:.2f} MB", 1e-6), "kB": number("{:,.0f}", 1e-3), "GB": number("{:.2f} GB", 1e-9), "minutes": number("{:.1f} min", 1 / 60),
            "choose": choose}
 
 
@@ -54,6 +55,11 @@ def median_error(errors):
     """The median absolute relative error, None when there is none."""
     errors = [abs(e) for e in errors if e is not None]
     return statistics.median(errors) if errors else None
+
+
+def greater(a, b):
+    """a > b, or None (a dash in the text) when either was not measured."""
+    return None if a is None or b is None else a > b
 
 
 def per_step(entry, key):
@@ -118,7 +124,6 @@ def predictions(r, f):
              exchange_costs_more=exchange > saved, exchange_dominates=exchange > steps[2][0],
              tx_factors2=model.step(2, "factors")[1], factor_elements2=model.factor_row * model.batch,
              factors_speedup2=speed[(2, SERIES[2])], ring_speedup2=speed[(2, SERIES[0])],
-             serial_epoch=model.epoch(1, False)[0], serial_model=model.epoch(1, False)[0] * r.settings["epochs"],
              async_transfer=transfer, transfer_dominates=transfer > model.compute(16))
 
 
@@ -146,7 +151,8 @@ def runs(r, f):
                             r.entries("serial") + r.entries("sync") + r.entries("async")],
              strong_gap=max((abs(e["test_accuracy"] - s["test_accuracy"]) for e in r.entries("sync")
                              if e["scaling"] == "strong"), default=None),
-             weak_runs=r.series("sync ring weak"))
+             ring_runs=[e for label in ("sync ring strong", "sync ring weak", "sync ring weak capped")
+                        for e in r.series(label)])
     if isinstance(f["staleness_bound"], int):
         f["bounded_workers"] = f["staleness_bound"] + 1
 
@@ -162,6 +168,21 @@ def verdict(r, entries):
     """(the runs that diverged, the others that ended more than 5 points below serial)."""
     gone = [e for e in entries if e["diverged"]]
     return gone, [e for e in entries if e not in gone and e["test_accuracy"] < r.serial["test_accuracy"] - 5]
+
+
+def async_compare(r, f):
+    """6: the default async runs against serial and sync at their P; 8: the accuracy table by workers."""
+    rows = [dict(e, sync=r.get("sync ring strong", e["processes"]), gap=e["test_accuracy"] - r.serial["test_accuracy"])
+            for e in r.entries("async") if "plain" not in e["label"]]
+    first = rows[0]
+    f.update(async_compare_rows=rows, async_first=first, async_ratio=(min(e["vs_serial"] for e in rows),
+                                                                      max(e["vs_serial"] for e in rows)),
+             async_wait_dominates=greater(first.get("worker_wait_per_batch"), first.get("worker_compute_per_batch")),
+             async_gap=max(abs(e["gap"]) for e in rows))
+    columns = ("sync ring strong", "sync ring weak", "sync ring weak capped", "async 2m", "async 4m")
+    accuracy = {(e["label"], e["workers"]): e["test_accuracy"] for label in columns for e in r.series(label)}
+    f["accuracy_by_workers"] = [(w, [accuracy.get((label, w)) for label in columns])
+                                for w in sorted({w for _, w in accuracy})]
 
 
 def tradeoff(r, f):
@@ -194,7 +215,57 @@ def crossover(r, p):
                  if exchange_time(r.fits, "ring", p, n) < exchange_time(r.fits, "naive", p, n)), None)
 
 
-GROUPS = [header, model_terms, model_table, predictions, runs, scaling, tradeoff, allreduce]
+def consoles(r, f):
+    """What the representative runs printed (first seed), for 3, 6 and 11: copied from their output, never typed."""
+    quoted = lambda pairs: [text for text in (r.console(*pair) for pair in pairs) if text]  # noqa: E731
+    f.update(console_sync=quoted([("serial", 1)] + [(e["label"], e["processes"]) for e in r.series("sync ring strong")]),
+             console_async=quoted([(e["label"], e["processes"]) for e in r.entries("async") if "plain" not in e["label"]]),
+             console_allreduce=quoted([("allreduce_test", p) for p in sorted({x["processes"] for x in r.allreduce})]))
+
+
+def split(r, f):
+    """Q7: the parameter server on 1, 2 and 4 masters, balanced and by whole layers, against the bottleneck bound.
+
+    Operational laws: the busiest master's service demand per update D_max bounds the updates per second by
+    1/D_max whatever the workers; W workers, each cycling through Z (compute plus a push and a pull, no queueing)
+    and the masters, give at most W/(Z + D_max); the two meet at W* = (Z + D_max)/D_max workers.
+    """
+    transfer = 2 * exchange_time(r.model.fits, "naive", 2, r.model.parameters)  # push and pull of the model
+    entries = [dict(e, d_max=max(d for d in e["master_service_time"] if d is not None),
+                    share=max(e["shard_sizes"]) / r.model.parameters,
+                    serving=sum(1 for size in e["shard_sizes"] if size)) for e in r.entries("split")]
+    one = next(e for e in entries if e["masters"] == 1)
+    for e in entries:
+        cycle = e["worker_compute_per_batch"] + transfer + e["d_max"]
+        e.update(bound=1 / e["d_max"], predicted_bound=1 / (one["d_max"] * e["share"]), saturation=cycle / e["d_max"],
+                 predicted=min(e["workers"] / cycle, 1 / e["d_max"]), messages=2 * e["serving"])
+    most = max(e["masters"] for e in entries if e["shard"] == "layers")
+    balanced, layers = (next(e for e in entries if e["masters"] == most and e["shard"] == s)
+                        for s in ("balanced", "layers"))
+    f.update(split_rows=entries, split_one=one, split_balanced=balanced, split_layers=layers, split_transfer=transfer,
+             split_helps=balanced["updates_per_second"] > one["updates_per_second"],
+             layers_faster=layers["updates_per_second"] > balanced["updates_per_second"],
+             split_bound_rises=balanced["bound"] > one["bound"],
+             one_saturates=one["workers"] >= one["saturation"],
+             split_oversubscribed=any(e["processes"] > r.cores for e in entries))
+
+
+def weak_rules(r, f):
+    """4 and 8: weak scaling with main.py's large-batch rule next to the old capped step, and what the rule costs."""
+    capped = {e["processes"]: e for e in r.series("sync ring weak capped")}
+    rows = [dict(p=e["processes"], new=e, old=capped.get(e["processes"]),
+                 update_step=(per_step(e, "update_time"), per_step(capped.get(e["processes"]), "update_time")))
+            for e in r.series("sync ring weak")]
+    largest = max((row for row in rows if row["old"]), key=lambda row: row["p"])
+    f.update(weak_rule_rows=rows, weak_largest=largest, large_batch_rule=largest["new"].get("large_batch"),
+             weak_new_worst=min(row["new"]["test_accuracy"] for row in rows),
+             weak_old_worst=min(row["old"]["test_accuracy"] for row in rows if row["old"]),
+             rule_helps=largest["new"]["test_accuracy"] > largest["old"]["test_accuracy"])
+
+
+GROUPS = [header, model_terms, model_table, predictions, runs, scaling, async_compare, tradeoff, allreduce, consoles,
+          split, weak_rules]
+QUESTIONS = 13  # the course's report questions, answered as sections 1-13 in its order
 
 
 def figures(results):
@@ -215,7 +286,15 @@ def render(results):
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.dirname(os.path.abspath(__file__))),
                                      undefined=Dash, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     environment.filters.update(FILTERS, over=starred(results.cores))
-    return environment.get_template("REPORT.md.j2").render(f, missing=missing)
+    return check_questions(environment.get_template("REPORT.md.j2").render(f, missing=missing))
+
+
+def check_questions(text):
+    """`text` if its numbered sections are the course's questions 1-13, once each and in order; else ValueError."""
+    numbers = [int(n) for n in re.findall(r"^## (\d+)\. ", text, flags=re.MULTILINE)]
+    if numbers != list(range(1, QUESTIONS + 1)):
+        raise ValueError(f"REPORT.md must answer questions 1-{QUESTIONS} once each, in order; its sections: {numbers}")
+    return text
 
 
 def write_report(results, out):

@@ -1,5 +1,5 @@
 """The CSVs of one report read back: runs aggregated per configuration, the cost model fitted to them."""
-__all__ = ["Results", "read_csv"]
+__all__ = ["Results", "read_csv", "record_stem"]
 
 import ast
 import csv
@@ -24,6 +24,11 @@ def convert(text):
         return ast.literal_eval(text) if text else None
     except (ValueError, SyntaxError):
         return text
+
+
+def record_stem(label, processes, repeat):
+    """A run's file name in records/, without extension: its --json record (.json) and console output (.txt)."""
+    return f"{label.replace(' ', '_')}_P{processes}_r{repeat}"
 
 
 def group(rows, keys):
@@ -70,6 +75,14 @@ class Results:
     def entries(self, mode):
         """Successful entries of every series of a mode, series by series."""
         return [e for label in self.labels(mode) for e in self.series(label)]
+
+    def console(self, label, processes):
+        """What the first seed's run of a configuration printed, its command line first; None if not kept."""
+        path = os.path.join(self.out, "records", record_stem(label, processes, 0) + ".txt")
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            return f.read().rstrip()
 
     @property
     def serial(self):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 from reporting.model import SERIES
-from reporting.results import read_csv
+from reporting.results import read_csv, record_stem
 from utils import mpiexec_command
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,19 +39,21 @@ class Experiment:
     scaling: str = ""
     exchange: str = ""  # sync: gradients or factors
     async_variant: str = ""
+    shard: str = ""  # split: balanced (by parameter count) or layers (the course's whole layers, round robin)
+    rule: str = ""  # weak sync: "" is main.py's default large-batch rule, "off" the capped step lr*min(1, 2/P)
 
     @property
     def workers(self):
-        return self.processes - self.masters if self.mode == "async" else self.processes
+        return self.processes - self.masters if self.mode in ("async", "split") else self.processes
 
     def name(self):
         return f"{self.label} P={self.processes}"
 
 
-def sync_experiment(allreduce, scaling, exchange, p):
-    suffix = " factors" if exchange == "factors" else ""
+def sync_experiment(allreduce, scaling, exchange, p, rule=""):
+    suffix = (" factors" if exchange == "factors" else "") + (" capped" if rule == "off" else "")
     return Experiment(f"sync {allreduce} {scaling}{suffix}", "sync", p, allreduce=allreduce, scaling=scaling,
-                      exchange=exchange)
+                      exchange=exchange, rule=rule)
 
 
 def async_experiment(masters, p, variant):
@@ -59,14 +61,24 @@ def async_experiment(masters, p, variant):
     return Experiment(label, "async", p, masters=masters, async_variant=variant)
 
 
+def split_experiment(masters, workers, shard):
+    """The parameter server split over `masters` (Q7), `workers` workers, the default async options."""
+    return Experiment(f"split {shard} {masters}m", "split", masters + workers, masters=masters,
+                      async_variant="default", shard=shard)
+
+
 def experiment_matrix(options):
-    """Every configuration, in order: serial, sync (gradients over ring and MPI, factors over the ring), async,
-    allreduce_test."""
+    """Every configuration, in order: serial, sync (gradients over ring and MPI, factors over the ring; weak scaling
+    with the old capped step too), async, the master splits of Q7, allreduce_test."""
     matrix = [Experiment("serial", "serial", 1)]
     for scaling, exchange, allreduce in SERIES:
         matrix += [sync_experiment(allreduce, scaling, exchange, p) for p in options.processes]
+    matrix += [sync_experiment("ring", "weak", "gradients", p, rule="off") for p in options.processes]
     for variant in options.async_variants:
         matrix += [async_experiment(m, p, variant) for m, p in options.async_runs]
+    for masters in options.split_masters:  # one master owns every layer under either split: run it once
+        matrix += [split_experiment(masters, options.split_workers, shard)
+                   for shard in (("balanced", "layers") if masters > 1 else ("balanced",))]
     return matrix + [Experiment("allreduce_test", "allreduce_test", p) for p in options.allreduce_processes]
 
 
@@ -89,10 +101,17 @@ def main_command(experiment, options, seed, record, extra=()):
     if experiment.mode == "sync":
         mode = ["sync", "--allreduce", experiment.allreduce, "--scaling", experiment.scaling]
         mode += ["--exchange", experiment.exchange] if experiment.exchange == "factors" else []
+        mode += ["--large-batch", experiment.rule] if experiment.rule else []
     else:
         mode = ["async", str(experiment.masters), *ASYNC_VARIANTS[experiment.async_variant]]
-    return [mpiexec_command(), "-n", str(experiment.processes), sys.executable, "main.py", *mode,
+        mode += ["--shard", experiment.shard] if experiment.shard else []
+    return [*launcher(options, experiment.processes), sys.executable, "main.py", *mode,
             *map(str, arguments)]
+
+
+def launcher(options, processes):
+    """mpiexec with the user's own options (e.g. -bind-to core, one core per rank) for `processes` ranks."""
+    return [mpiexec_command(), *options.mpiexec_args, "-n", str(processes)]
 
 
 def run_command(command, timeout):
@@ -128,17 +147,29 @@ def base_row(experiment, options, repeat, seed):
                 oversubscribed=experiment.processes > options.cores, load_average=round(os.getloadavg()[0], 2))
 
 
+def save_console(path, command, stdout):
+    """The run's command line as a user would type it, and what it printed: the report quotes it."""
+    shown = [("mpiexec" if word == mpiexec_command() else "python3" if word == sys.executable else word)
+             for word in command]
+    if "--json" in shown:  # the record's path is the report's business, not the reader's
+        del shown[shown.index("--json"):shown.index("--json") + 2]
+    with open(path, "w") as f:
+        f.write(f"$ {' '.join(shown)}\n{stdout}")
+
+
 def run_training(experiment, options, repeat, records_dir):
-    """One main.py run -> its runs.csv row (status ok or failed)."""
+    """One main.py run -> its runs.csv row (status ok or failed); its console output beside its record."""
     seed = options.seed + repeat
     row = base_row(experiment, options, repeat, seed)
-    record_path = os.path.join(records_dir, f"{experiment.label.replace(' ', '_')}_P{experiment.processes}"
-                                            f"_r{repeat}.json")
+    stem = os.path.join(records_dir, record_stem(experiment.label, experiment.processes, repeat))
+    record_path = f"{stem}.json"
     if os.path.exists(record_path):
         os.remove(record_path)  # a stale record must not pass for this run's
+    command = main_command(experiment, options, seed, record_path)
     start = time.perf_counter()
-    returncode, _, stderr = run_command(main_command(experiment, options, seed, record_path), options.timeout)
+    returncode, stdout, stderr = run_command(command, options.timeout)
     row["wall_time"] = round(time.perf_counter() - start, 3)
+    save_console(f"{stem}.txt", command, stdout)
     if returncode != 0 or not os.path.exists(record_path):
         return dict(row, status="failed", error=failure(returncode, stderr, options.timeout))
     with open(record_path) as f:
@@ -157,9 +188,19 @@ def record_fields(experiment, record):
         fields.update({key: stats.get(key) for key in ("steps", "compute_time", "communication_time",
                                                        "evaluation_time", "elements_sent_per_step", "step_size")})
         fields["samples_per_epoch"] = stats["steps"] // max(settings["epochs"], 1) * per_step
-    if experiment.mode == "async":
+    if experiment.mode in ("async", "split"):
         fields.update(async_fields(stats))
+    if experiment.mode == "split":
+        fields.update({key: stats.get(key) for key in SPLIT_FIELDS})
+    if experiment.mode == "sync":
+        fields.update(large_batch=stats.get("large_batch"), update_time=stats.get("update_time"))
     return fields
+
+
+# What Q7 reads of a split run's --json statistics: per master lists, and the workers' means per mini-batch.
+SPLIT_FIELDS = ("shard", "shard_sizes", "shard_layers", "updates_per_second", "master_busy_fraction",
+                "master_service_time", "master_bytes_received_per_update", "master_bytes_sent_per_update",
+                "master_messages_per_update", "worker_compute_per_batch", "worker_wait_per_batch")
 
 
 def async_fields(stats):
@@ -170,19 +211,23 @@ def async_fields(stats):
                                               "compensation", "max_staleness")}
     updates = mean(stats.get("updates_per_master") or [])
     return dict(fields, steps=updates and round(updates),
-                master_idle_fraction=mean(idle) / train_time if idle and train_time else None)
+                master_idle_fraction=mean(idle) / train_time if idle and train_time else None,
+                worker_compute_per_batch=stats.get("worker_compute_per_batch"),
+                worker_wait_per_batch=stats.get("worker_wait_per_batch"))
 
 
-def run_allreduce_test(experiment, options, repeat):
-    """allreduce_test.py at one process count -> (runs.csv row, its CSV rows)."""
+def run_allreduce_test(experiment, options, repeat, records_dir):
+    """allreduce_test.py at one process count -> (runs.csv row, its CSV rows); its console output in records/."""
     row = dict(base_row(experiment, options, repeat, ""), epochs="", batches="", batch_size="")
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "allreduce.csv")
-        command = [mpiexec_command(), "-n", str(experiment.processes), sys.executable, "allreduce_test.py",
-                   "--sizes", options.allreduce_sizes, "--repeats", str(options.allreduce_repeats), "--csv", path]
+        command = [*launcher(options, experiment.processes), sys.executable, "allreduce_test.py",
+                   "--sizes", options.allreduce_sizes, "--repeats", str(options.allreduce_repeats)]
         start = time.perf_counter()
-        returncode, _, stderr = run_command(command, options.timeout)
+        returncode, stdout, stderr = run_command(command + ["--csv", path], options.timeout)
         row["wall_time"] = row["time"] = round(time.perf_counter() - start, 3)
+        stem = record_stem(experiment.label, experiment.processes, repeat)
+        save_console(os.path.join(records_dir, f"{stem}.txt"), command, stdout)
         rows = read_csv(path)
     if not rows:
         return dict(row, status="failed", error=failure(returncode, stderr, options.timeout)), []

@@ -1,4 +1,4 @@
-"""report.py end to end: the quick matrix writes the CSVs, the plots and a REPORT.md answering Q1-Q13."""
+"""report.py end to end: the quick matrix writes the CSVs, the plots and a REPORT.md answering questions 1-13."""
 import csv
 import json
 import re
@@ -14,13 +14,12 @@ PROSE_WORDS = 2500  # the issue's limit on prose outside tables and code
 
 
 def check_outputs(out):
-    """Every plot is a PNG, REPORT.md has each question once and no unfilled placeholder -> its text."""
+    """Every plot is a PNG, REPORT.md has sections 1-13 once each, in order, and no unfilled placeholder -> its text."""
     for name in PLOTS:
         data = (out / name).read_bytes()
         assert len(data) > 1000 and data.startswith(PNG_SIGNATURE), name
     text = (out / "REPORT.md").read_text()
-    for n in range(1, 14):
-        assert len(re.findall(rf"^## Q{n}\. ", text, flags=re.MULTILINE)) == 1, n
+    assert [int(n) for n in re.findall(r"^## (\d+)\. ", text, flags=re.MULTILINE)] == list(range(1, 14))
     assert "{{" not in text and "{%" not in text and "Undefined" not in text, "template syntax left in the text"
     return text
 
@@ -38,11 +37,12 @@ def test_quick_run_writes_csvs_plots_and_every_answer(tmp_path):
     out = tmp_path / "out"
     result = run_python("report.py", "--quick", "--out", out, "--data-dir", data, timeout=QUICK_TIMEOUT)
     assert result.returncode == 0, result.stderr
-    total = 1 + 1 + 12 + 4 + 2 + 5  # micro-benchmark, serial, sync, async, allreduce_test, traces
+    total = 1 + 1 + 14 + 4 + 5 + 2 + 5  # micro-benchmark, serial, sync, async, master splits, allreduce_test, traces
     assert re.search(rf"\[#+\] {total}/{total}", result.stderr), result.stderr  # the progress bar ended
     with open(out / "runs.csv", newline="") as f:
         runs = list(csv.DictReader(f))
-    assert [r["mode"] for r in runs] == ["serial"] + ["sync"] * 12 + ["async"] * 4 + ["allreduce_test"] * 2
+    assert [r["mode"] for r in runs] == (["serial"] + ["sync"] * 14 + ["async"] * 4 + ["split"] * 5
+                                         + ["allreduce_test"] * 2)
     for row in runs:
         if row["mode"] == "serial" or (row["mode"] == "sync" and row["exchange"] == "gradients"):
             assert row["status"] == "ok" and float(row["time"]) > 0, row
@@ -55,6 +55,12 @@ def test_quick_run_writes_csvs_plots_and_every_answer(tmp_path):
     assert set(info["traces"]) == {"serial", "sync_P2", "sync_P4", "async_2m_P4", "factors_P2"}
     text = check_outputs(out)
     assert "Quick mode" in text and "| ring | 2(P−1)(α + βn/P) |" in text
+    section = lambda n: text[text.index(f"## {n}. "):text.index(f"## {n + 1}. ")]  # noqa: E731
+    assert re.search(r"```text\n\$ python3 main\.py serial .*\nEpoch 1, accuracy [\d.]+ %\.\n", section(3))
+    assert "```text\n$ mpiexec -n 2 python3 main.py sync --allreduce ring --scaling strong" in section(3)
+    assert "```text\n$ mpiexec -n 4 python3 main.py async 2 " in section(6)
+    assert "```text\n$ mpiexec -n 2 python3 allreduce_test.py --sizes" in section(11)
+    assert "--json" not in text  # the record's path is not the reader's business
     assert prose_words(text) <= PROSE_WORDS
     for stem, trace in info["traces"].items():  # a picture where one was drawn, none where it was not
         assert (f"]({trace['png']})" in text) == bool(trace["png"]), stem
@@ -81,7 +87,16 @@ def test_matrix_includes_factor_runs_and_the_async_variants():
     command = main_command(factors[0], options, 1, "r.json")
     assert command[command.index("main.py") + 1:][:7] == ["sync", "--allreduce", "ring", "--scaling", "strong",
                                                          "--exchange", "factors"]
+    capped = [e for e in matrix if e.rule == "off"]
+    assert [(e.label, e.processes) for e in capped] == [("sync ring weak capped", 2), ("sync ring weak capped", 4)]
+    assert "--large-batch off" in " ".join(main_command(capped[0], options, 1, "r.json"))
+    splits = [(e.masters, e.shard, e.processes) for e in matrix if e.mode == "split"]
+    assert splits == [(1, "balanced", 3), (2, "balanced", 4), (2, "layers", 4), (4, "balanced", 6), (4, "layers", 6)]
+    command = main_command(next(e for e in matrix if e.shard == "layers"), options, 1, "r.json")
+    assert command[command.index("main.py") + 1:][:4] == ["async", "2", "--shard", "layers"]
     plain = next(e for e in matrix if e.async_variant == "plain")
     command = main_command(plain, options, 1, "r.json")
     assert command[command.index("main.py") + 1:][:5] == ["async", "2", "--unbounded", "--compensation", "0"]
     assert report.parse_args(["--async-runs", "2x4,4X16"]).async_runs == [(2, 4), (4, 16)]
+    bound = report.parse_args(["--quick", "--mpiexec-args=-bind-to core"])  # one core per rank (docs/model.md)
+    assert main_command(plain, bound, 1, "r.json")[1:5] == ["-bind-to", "core", "-n", "4"]

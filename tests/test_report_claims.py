@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from reporting.model import FORMS, CostModel, exchange_time, fit_exchange
-from reporting.render import figures, render
+from reporting.render import check_questions, figures, render
 from reporting.results import Results
 from utils import write_csv
 
@@ -24,13 +24,32 @@ def sync_row(label, p, time, scaling="strong", accuracy=91.5, **fields):
                  "samples_per_epoch": 480, "steps": steps, "communication_time": 0.4 * time}, **fields)
 
 
-def async_row(masters, p, variant, time, accuracy):
+def async_row(masters, p, variant, time, accuracy, compute=0.5e-3, wait=1.0e-3):
     label = f"async {masters}m" + (" plain" if variant == "plain" else "")
     return {"label": label, "mode": "async", "processes": p, "masters": masters, "workers": p - masters,
             "async_variant": variant, "epochs": 2, "batches": 30, "batch_size": 16, "status": "ok", "time": time,
             "test_accuracy": accuracy, "epoch_accuracy": f"50;{accuracy}", "samples_per_epoch": 480,
             "staleness_mean": 1.0, "compensation": 4.0 if variant == "default" else 0.0,
-            "max_staleness": 3 if variant == "default" else None}
+            "max_staleness": 3 if variant == "default" else None, "worker_compute_per_batch": compute,
+            "worker_wait_per_batch": wait}
+
+
+# Parameters per master of [784, 128, 64, 10]: balanced by count, or the course's whole layers round robin
+# (layer 1 holds 100,480 parameters, layer 2 8,256, layer 3 650; layer 0 is the input).
+SHARDS = {(1, "balanced"): [109386], (2, "balanced"): [54693, 54693], (2, "layers"): [8256, 101130],
+          (4, "balanced"): [27347, 27347, 27346, 27346], (4, "layers"): [0, 100480, 8256, 650]}
+ONE_MASTER_DEMAND = 1e-3  # seconds of a master's work per update when it owns all 109,386 parameters
+
+
+def split_row(masters, shard, per_second, workers=4):
+    sizes = SHARDS[(masters, shard)]
+    demands = [ONE_MASTER_DEMAND * n / 109386 if n else None for n in sizes]
+    return {"label": f"split {shard} {masters}m", "mode": "split", "processes": masters + workers,
+            "masters": masters, "workers": workers, "async_variant": "default", "shard": shard, "epochs": 2,
+            "batches": 30, "batch_size": 16, "status": "ok", "time": 60 / per_second, "test_accuracy": 90.0,
+            "samples_per_epoch": 480, "shard_sizes": sizes, "updates_per_second": per_second,
+            "master_service_time": demands, "master_busy_fraction": [per_second * (d or 0) for d in demands],
+            "master_bytes_received_per_update": [8 * n for n in sizes], "worker_compute_per_batch": 0.5e-3}
 
 
 def allreduce_rows():
@@ -67,11 +86,18 @@ def fake_results(out, runs, allreduce=True, compute=True, per_row=10e-6, shares=
     return Results(str(out))
 
 
-def matrix(serial_time=2.0, sync_time=2.5, weak_time=1.5, async_time=3.0, plain_accuracy=9.58, crowded_time=None):
+def matrix(serial_time=2.0, sync_time=2.5, weak_time=1.5, async_time=3.0, plain_accuracy=9.58, crowded_time=None,
+           split_rates=(300, 400, 450, 500, 350), weak_accuracy=(92.0, 91.0), capped_accuracy=(92.0, 60.0)):
+    """Serial, sync, async and the master splits (rates of 1m, 2m balanced, 2m layers, 4m balanced, 4m layers);
+    crowded_time: the time of every sync run with more processes than the 2 cores."""
     return [dict(sync_row("serial", 1, serial_time), mode="serial", allreduce=""),
             sync_row("sync ring strong", 2, sync_time), sync_row("sync ring strong", 4, crowded_time or 4 * sync_time),
-            sync_row("sync ring weak", 2, weak_time, "weak"),
-            async_row(2, 4, "default", async_time, 92.0), async_row(2, 4, "plain", async_time, plain_accuracy)]
+            *[sync_row(f"sync ring weak{suffix}", p, crowded_time if crowded_time and p > 2 else weak_time, "weak",
+                       accuracy[p // 4], update_time=factor * 1e-3)
+              for suffix, accuracy, factor in (("", weak_accuracy, 3), (" capped", capped_accuracy, 1))
+              for p in (2, 4)],
+            async_row(2, 4, "default", async_time, 92.0), async_row(2, 4, "plain", async_time, plain_accuracy),
+            *[split_row(m, shard, rate) for (m, shard), rate in zip(SHARDS, split_rates)]]
 
 
 def text(tmp_path, **settings):
@@ -110,7 +136,7 @@ def test_exchange_against_saving_and_the_larger_term_compare_the_model_terms(tmp
 def test_kappa_scales_the_parallel_compute_by_the_runs_own_times(tmp_path):
     """The sync runs computed 1.5 times as long as the micro-benchmark: the model's parallel compute follows."""
     runs = matrix()
-    for row in runs[1:4]:  # the sync runs: 8 rows per rank at P = 2 strong, 4 at P = 4 (time-shared), 16 weak
+    for row in runs[1:4]:  # sync: 8 rows per rank at P = 2 strong, 4 at P = 4 (time-shared), 16 weak at P = 2
         per_rank = 16 // row["processes"] if row["scaling"] == "strong" else 16
         row["compute_time"] = 1.5 * row["steps"] * (200e-6 + 10e-6 * per_rank)
     results = fake_results(tmp_path / "out", runs)
@@ -187,3 +213,66 @@ def test_trace_pictures_are_embedded_only_where_drawn(tmp_path):
     report = render(fake_results(out, matrix(), traces=traces))
     assert "![Sync, P = 4](traces/sync_P4.png)" in report and "Sync at P = 4 on 2 cores" in report
     assert report.count("](traces/") == 1
+
+
+@pytest.mark.parametrize("rates, helped, layers", [((300, 400, 450, 500, 350), "helped", "slower"),
+                                                   ((300, 280, 290, 250, 260), "did not help", "faster")])
+def test_master_split_is_called_helpful_and_layers_faster_or_slower_as_measured(tmp_path, rates, helped, layers):
+    """Q7 compares the measured updates per second: 4 balanced masters against 1, layers against balanced at 4."""
+    report = text(tmp_path, split_rates=rates)
+    one, layered, balanced = rates[0], rates[4], rates[3]
+    assert f"{balanced:,} updates per second against {one:,} with one master: the split **{helped}**" in report
+    assert f"at M = 4 layers ran **{layers}** than balanced ({layered:,} against {balanced:,} updates" in report
+    # The bound follows the busiest master: D = 1 ms for all parameters, so 1/D_max from the shard sizes.
+    assert "| 4 | layers | 8* | 0 / 100,480 / 8,256 / 650 | 92 % |" in report
+    assert "one layer holds 92 % of the parameters, so its master keeps almost all of the work (bound 1,089)" in report
+    assert "so the bound rises to 4,000" in report
+
+
+def test_one_master_is_called_the_bottleneck_only_when_the_workers_reach_w_star(tmp_path):
+    """W* = (compute + push and pull + D) / D: 0.5 ms + transfer + 1 ms over 1 ms, about 1.6 workers."""
+    report = text(tmp_path)
+    assert "workers would saturate it: with 4 workers it **is** the bottleneck" in report
+    results = fake_results(tmp_path / "slow", matrix())
+    for entry in results.entries("split"):
+        entry["worker_compute_per_batch"] = 0.1  # 100 ms of compute per mini-batch: W* is about 100
+    figures_, _ = figures(results)
+    assert figures_["one_saturates"] is False and figures_["split_one"]["saturation"] > 100
+
+
+@pytest.mark.parametrize("weak, capped, verb", [((92.0, 91.0), (92.0, 60.0), "gains"),
+                                                ((92.0, 55.0), (92.0, 60.0), "loses")])
+def test_weak_scaling_rule_is_called_a_gain_or_a_loss_against_the_capped_step(tmp_path, weak, capped, verb):
+    report = text(tmp_path, weak_accuracy=weak, capped_accuracy=capped)
+    assert f"at P = 4 the rule {verb} {abs(weak[1] - capped[1]):.2f} points" in report
+    assert "| 4* | 15 | 1.50 s / 1.50 s | 1.33× / 1.33× |" in report  # steps, time and speed-up of both rules
+    assert "| 0.2 ms / 0.0667 ms |" in report  # rank 0's update span per step: 3 ms and 1 ms over 15 steps
+
+
+@pytest.mark.parametrize("weak_time, other", [(1.0, "Speed-up in Amdahl's sense"), (3.0, "Speed-up in Gustafson's sense")])
+def test_the_other_sense_of_speed_up_is_the_law_that_did_not_fit(tmp_path, weak_time, other):
+    assert other in text(tmp_path, sync_time=2.5, weak_time=weak_time)
+
+
+def test_sections_are_the_course_questions_in_order(tmp_path):
+    report = render(fake_results(tmp_path / "out", matrix()))
+    headings = [line for line in report.splitlines() if line.startswith("## ") and line[3].isdigit()]
+    assert [int(h[3:].split(".")[0]) for h in headings] == list(range(1, 14))
+    good = "\n".join(f"## {n}. question" for n in range(1, 14))
+    assert check_questions(good) == good
+    for bad in (good.replace("## 7. question\n", ""), good + "\n## 13. again", good.replace("## 3.", "## 4.", 1)):
+        with pytest.raises(ValueError, match="questions 1-13"):
+            check_questions(bad)
+
+
+def test_console_output_is_quoted_from_the_runs_own_files(tmp_path):
+    results = fake_results(tmp_path / "out", matrix())
+    records = tmp_path / "out" / "records"
+    records.mkdir()
+    (records / "sync_ring_strong_P2_r0.txt").write_text("$ mpiexec -n 2 python3 main.py sync\nEpoch 1, accuracy 12.34 %.\n")
+    (records / "allreduce_test_P2_r0.txt").write_text("$ mpiexec -n 2 python3 allreduce_test.py\nsize 4096 naive True\n")
+    report = render(results)
+    section = lambda n: report[report.index(f"## {n}. "):report.index(f"## {n + 1}. ")]  # noqa: E731
+    assert "```text\n$ mpiexec -n 2 python3 main.py sync\nEpoch 1, accuracy 12.34 %.\n```" in section(3)
+    assert "```text\n$ mpiexec -n 2 python3 allreduce_test.py\nsize 4096 naive True\n```" in section(11)
+    assert "```text" not in section(6)  # no async run kept its output here
