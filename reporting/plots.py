@@ -40,9 +40,10 @@ def log2_axis(ax, values):
     ax.minorticks_off()
 
 
-def plot_series(results, path, x, y, serial_label, **axes):
-    """Every parallel series' `y` against its `x` (entry keys), serial as a horizontal line."""
-    labels = [l for l in results.labels("sync") + results.labels("async") if results.series(l)]
+def plot_series(results, path, x, y, serial_label, only=None, **axes):
+    """Every parallel series' `y` against its `x` (entry keys), or those labelled in `only`; serial as a line."""
+    labels = [l for l in results.labels("sync") + results.labels("async")
+              if results.series(l) and (only is None or l in only)]
     if not labels:
         return empty_plot(path, "no successful parallel run")
     fig, ax = pyplot().subplots(figsize=(9, 6))
@@ -63,9 +64,14 @@ def plot_time(results, path):
                 f"(more than {results.cores}: sharing the cores)", ylabel="training time (s, log scale)")
 
 
+# Question 8's series: sync (with the ring, strong, and weak under both step rules) and async on 2 and 4 masters
+ACCURACY_SERIES = ("sync ring strong", "sync ring weak", "sync ring weak capped", "async 2m", "async 4m",
+                   "async 2m plain", "async 4m plain")
+
+
 def plot_accuracy(results, path):
-    """Final test accuracy against the number of workers (Q8)."""
-    plot_series(results, path, "workers", "test_accuracy", "serial ({:.2f} %)", ylim=(0, 100),
+    """Final test accuracy against the number of workers (question 8)."""
+    plot_series(results, path, "workers", "test_accuracy", "serial ({:.2f} %)", ACCURACY_SERIES, ylim=(0, 100),
                 xlabel="workers (sync: P; async: P − masters)", ylabel="test accuracy (%)")
 
 
