@@ -18,6 +18,8 @@ packed. Every worker talks to every master that owns parameters:
     push_gradients:  Isend grads[lo_m:hi_m] --->  apply_gradient: shard -= step(gradient)
     (the next pull is posted before the push) '-- send_parameters: Isend a copy of the shard (PARAM_TAG)
 
+fit calls do_master on the masters and do_worker on the workers (the course skeleton's names);
+both run NeuralNetwork.fit's epochs, with serve_epoch or work_epoch as the epoch's work.
 Every epoch starts with a pull and a worker's last push of an epoch has no pull, so the epoch is
 a barrier without extra messages and nothing is left posted between epochs. The workers together
 do number_of_batches mini-batches per epoch (the first workers take the remainder). At the end of
