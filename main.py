@@ -161,6 +161,11 @@ def add_async_arguments(parser):
     parser.add_argument("--lr-rule", choices=["constant", "staleness", "workers"], default="constant",
                         help="factor on a gradient that is tau updates stale: constant 1, "
                              "staleness 1/(1+tau), workers 1/W (default constant)")
+    parser.add_argument("--shard", choices=["balanced", "layers"], default="balanced",
+                        help="who owns which parameters. balanced: M contiguous shards of equal "
+                             "parameter count; layers: the course's whole layers, round robin "
+                             "(master m owns layers m, m+M, ...; layer 0, the input, has none), "
+                             "a master may own nothing (default balanced)")
 
 
 def network_settings(args, seed):
@@ -181,7 +186,8 @@ def build_network(args, seed):
         return AsynchronicNeuralNetwork(**settings, number_of_masters=args.masters,
                                         compensation=args.compensation,
                                         max_staleness=args.max_staleness, lr_rule=args.lr_rule,
-                                        wait=args.wait, stall_timeout=args.stall_timeout)
+                                        wait=args.wait, stall_timeout=args.stall_timeout,
+                                        shard=args.shard)
     raise NotImplementedError(f"mode {args.mode} is not available yet")
 
 

@@ -65,6 +65,22 @@ class NeuralNetwork:
         if self.dtype not in (np.float32, np.float64):
             raise ValueError(f"dtype must be float32 or float64, got {self.dtype}")
 
+    # ------------------------------------------------------------------ the course skeleton's names
+
+    @property
+    def num_layers(self):
+        """Layers counted as the course's skeleton does, the input layer included: len(sizes)."""
+        return len(self.sizes)
+
+    @property
+    def eta(self):
+        """The learning rate under the skeleton's (and Nielsen's) name; setting it sets learning_rate."""
+        return self.learning_rate
+
+    @eta.setter
+    def eta(self, value):
+        self.learning_rate = float(value)
+
     # ------------------------------------------------------------------ the flat parameter buffer
 
     def parameter_count(self):

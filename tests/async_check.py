@@ -32,10 +32,22 @@ def settings(batches, **extra):
 
 
 def assembled(network):
-    """On rank 0: the masters' own shards, gathered and concatenated (None elsewhere)."""
-    mine = network.params[network.shard].copy() if network.is_master else None
+    """On rank 0: the masters' own shards, gathered and put where they belong (None elsewhere).
+
+    A master's shard_params holds its ranges of the flat buffer (network.segments) one after the
+    other; a place no master owns stays NaN, so it can never equal a model.
+    """
+    mine = network.shard_params.copy() if network.is_master else None
     pieces = network.comm.gather(mine, root=0)
-    return np.concatenate(pieces[:network.masters]) if network.is_root else None
+    if not network.is_root:
+        return None
+    whole = np.full_like(network.params, np.nan)
+    for piece, segments in zip(pieces, network.segments):
+        start = 0
+        for lo, hi in segments:
+            whole[lo:hi] = piece[start:start + hi - lo]
+            start += hi - lo
+    return whole
 
 
 def run(comm, masters, batches, data, **extra):
@@ -54,7 +66,7 @@ def run(comm, masters, batches, data, **extra):
               "staleness_max_per_master": stats["staleness_max_per_master"],
               "epochs_reported": len(network.history),
               "root_holds_assembled_model": bool(np.array_equal(whole, network.params))}
-    if network.workers == 1:
+    if network.num_workers == 1:
         serial = NeuralNetwork(**settings(batches))
         serial.fit(data)
         result["difference_from_serial"] = float(np.max(np.abs(network.params - serial.params)))

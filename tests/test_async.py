@@ -78,3 +78,84 @@ def test_bad_number_of_masters_gives_one_line_quickly(data, processes, masters, 
     assert result.returncode == exit_code
     assert "masters" in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert result.stdout == "" and time.monotonic() - start < 30
+
+
+# ---------------------------------------------------------------- the course's split by layers
+
+@pytest.mark.parametrize("processes, masters, owners", [(4, 2, [0, 1]), (6, 4, [1, 2, 3])])
+def test_layers_sharding_trains_even_with_a_master_owning_nothing(processes, masters, owners):
+    """Layers 1..3 round robin: M = 2 gives master 1 layers 1 and 3 (one indexed-datatype message),
+    M = 4 leaves master 0 (the input layer) nothing, so master 1 leads. One worker = serial."""
+    result = run_mpi(processes, "tests/shard_check.py", masters)
+    assert result.returncode == 0, result.stderr
+    runs = json.loads(result.stdout)
+    assert len(runs) == 4
+    for run in runs:
+        name = json.dumps({k: v for k, v in run.items() if k != "statistics"})
+        stats = run["statistics"]
+        assert stats["shard"] == "layers" and stats["shard_bounds"] is None, name
+        expected_layers = [[layer for layer in range(master, 4, masters) if layer > 0]
+                           for master in range(masters)]
+        assert stats["shard_layers"] == expected_layers, name
+        sizes = [sum({1: 20 * 16 + 16, 2: 16 * 12 + 12, 3: 12 * 10 + 10}[l] for l in layers)
+                 for layers in expected_layers]
+        assert stats["shard_sizes"] == sizes and sum(sizes) == 670, name
+        updates = EPOCHS_SHARD * run["batches"]
+        assert stats["updates_per_master"] == [updates if m in owners else 0
+                                               for m in range(masters)], name
+        assert sum(stats["batches_per_worker"]) == updates, name
+        assert run["root_holds_assembled_model"] and run["every_rank_holds_the_model"], name
+        assert run["epochs_reported"] == EPOCHS_SHARD, name
+        if run.get("max_staleness", 3) is not None:
+            assert stats["staleness_max_per_master"][owners[0]] <= 3, name  # the leader's bound
+        if len(stats["batches_per_worker"]) == 1:
+            assert run["difference_from_serial"] == 0.0, name
+        elif run["batches"] == 300:
+            assert run["accuracy"] > 0.5, name  # 10 classes: chance is 0.1
+        for master in set(range(masters)) - set(owners):  # idle: no messages, no busy time
+            assert stats["master_busy_fraction"][master] == 0.0, name
+            assert stats["master_service_time"][master] is None, name
+            assert stats["master_messages_per_update"][master] == 0, name
+
+
+EPOCHS_SHARD = 3  # as in tests/shard_check.py
+
+
+def test_main_async_layers_json_says_who_owns_what(tmp_path, data):
+    record = tmp_path / "run.json"
+    result = run_mpi(5, "main.py", "async", "2", "--shard", "layers", "--epochs", "2", "--batches",
+                     "10", "--layers", "784,16,8,10", "--seed", "3", "--data-dir", data,
+                     "--json", record)
+    assert result.returncode == 0, result.stderr
+    stats = json.loads(record.read_text())["statistics"]
+    sizes = [16 * 8 + 8, 784 * 16 + 16 + 8 * 10 + 10]  # master 0: layer 2; master 1: layers 1, 3
+    assert stats["shard"] == "layers" and stats["shard_layers"] == [[2], [1, 3]]
+    assert stats["shard_sizes"] == sizes and stats["updates_per_master"] == [20, 20]
+    grant = 2 * 8  # (worker, version), two int64: master 0 leads, master 1 follows
+    assert stats["master_bytes_received_per_update"] == [8 * sizes[0], 8 * sizes[1] + grant]
+    assert stats["master_bytes_sent_per_update"] == [8 * sizes[0] + grant, 8 * sizes[1]]
+    assert stats["master_messages_per_update"] == [3, 3]  # gradient in, parameters out, a grant
+    for fraction in stats["master_busy_fraction"]:
+        assert 0 <= fraction <= 1
+    assert all(t > 0 for t in stats["master_service_time"])
+    assert stats["worker_compute_per_batch"] > 0 and stats["worker_wait_per_batch"] >= 0
+    assert stats["updates_per_second"] == pytest.approx(20 / stats["train_time"])  # 10 x 2 epochs
+
+
+def test_main_async_balanced_is_the_default_and_records_its_shards(tmp_path, data):
+    record = tmp_path / "run.json"
+    result = run_mpi(4, "main.py", "async", "2", "--epochs", "1", "--batches", "6", "--layers",
+                     "784,16,10", "--seed", "3", "--data-dir", data, "--unbounded", "--json", record)
+    assert result.returncode == 0, result.stderr
+    stats = json.loads(record.read_text())["statistics"]
+    assert stats["shard"] == "balanced" and stats["shard_sizes"] == [6365, 6365]
+    assert stats["shard_layers"] == [[1], [1, 2]]  # the cut falls inside layer 1 (12,560 parameters)
+    assert stats["master_bytes_received_per_update"] == [8 * 6365] * 2  # no grants when unbounded
+    assert stats["master_messages_per_update"] == [2, 2]
+
+
+def test_bad_shard_value_gives_one_line_and_exit_code_2(data):
+    result = run_mpi(3, "main.py", "async", "1", "--shard", "rows", "--data-dir", data, timeout=60)
+    assert result.returncode == 2
+    assert "--shard" in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stdout == ""

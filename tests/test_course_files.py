@@ -83,3 +83,17 @@ def test_float_data_trains_like_pixel_bytes_in_every_mode():
     assert set(differences) == {f"{m} {d}" for m in ("serial", "sync", "async") for d in ("float64", "float32")}
     for name, difference in differences.items():
         assert difference < (1e-12 if name.endswith("float64") else 1e-5), (name, difference)
+
+
+def test_skeleton_names_reach_our_async_network(course_data):
+    """do_worker / do_master called from fit; num_masters, num_workers, num_layers and eta."""
+    result = run_mpi(4, "tests/course_skeleton.py", 20, 2, env=course_data)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(re.search(r"^seen: (\[.*\])$", result.stdout, flags=re.M).group(1))
+    assert len(seen) == 4, result.stdout
+    for rank, found in enumerate(seen):
+        assert found["roles"] == ["do_master" if rank < 2 else "do_worker"], found
+        assert (found["num_masters"], found["num_workers"], found["num_layers"]) == (2, 2, 4)
+        assert (found["eta"], found["learning_rate_after_eta"]) == (0.1, 0.2)
+    assert len(set(accuracy_lines(result.stdout))) == 1, result.stdout
+    assert result.stdout.count("Epoch 2, accuracy") == 1

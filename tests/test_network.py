@@ -134,3 +134,13 @@ def test_short_run_on_real_mnist_beats_80_percent(mnist_real):
     network.fit(training, validation)
     assert len(network.history) == 1
     assert network.validate(test) > 8000
+
+
+def test_course_skeleton_names_num_layers_and_eta():
+    """The skeleton's num_layers counts the input layer; eta is learning_rate under another name."""
+    network = NeuralNetwork([6, 5, 4, 3], learning_rate=0.3)
+    assert network.num_layers == 4 and network.eta == 0.3
+    network.eta = 0.7
+    assert network.learning_rate == 0.7
+    network.learning_rate = 0.2
+    assert network.eta == 0.2

@@ -1,0 +1,78 @@
+"""MPI script for tests/test_async.py: the course's layer-by-layer split of the parameter server.
+
+    mpiexec -n P python3 tests/shard_check.py M
+
+Trains a four-layer network (course layers 1..3) with shard="layers" and M masters on synthetic
+digits, and prints on rank 0 one JSON object per run: the statistics, the accuracy on the training
+digits, whether rank 0's final model is the masters' shards assembled and whether every rank ends
+fit with that model. Then with one worker (a sub-communicator of M + 1 ranks) the largest
+difference from the serial network on the same seed, which must be 0.
+"""
+import contextlib
+import io
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+from async_check import assembled  # noqa: E402
+from async_network import AsynchronicNeuralNetwork  # noqa: E402
+from conftest import synthetic_digits  # noqa: E402
+from network import NeuralNetwork  # noqa: E402
+
+SIZES = [20, 16, 12, 10]  # learns the synthetic digits (100 %) in 3 epochs of 300 mini-batches of 8
+EPOCHS = 3
+
+
+def settings(batches, **extra):
+    return dict(sizes=SIZES, learning_rate=0.5, mini_batch_size=8, number_of_batches=batches,
+                epochs=EPOCHS, seed=5, **extra)
+
+
+def run(comm, masters, batches, data, **extra):
+    """Train one configuration with shard="layers" -> on rank 0, its figures and checks."""
+    network = AsynchronicNeuralNetwork(**settings(batches, number_of_masters=masters, comm=comm,
+                                                  shard="layers", **extra))
+    with contextlib.redirect_stdout(io.StringIO()):  # rank 0's epoch lines; the JSON is the output
+        network.fit(data, data)
+    whole = assembled(network)
+    models = comm.gather(network.params.tobytes(), root=0)
+    if not network.is_root:
+        return None
+    result = {"masters": masters, "batches": batches, "processes": comm.size, **extra,
+              "statistics": network.statistics(),
+              "accuracy": network.validate(data) / len(data[0]),
+              "epochs_reported": len(network.history),
+              "root_holds_assembled_model": bool(np.array_equal(whole, network.params)),
+              "every_rank_holds_the_model": len(set(models)) == 1}
+    if network.num_workers == 1:
+        serial = NeuralNetwork(**settings(batches))
+        serial.fit(data)
+        result["difference_from_serial"] = float(np.max(np.abs(network.params - serial.params)))
+    return result
+
+
+def main():
+    world, masters = MPI.COMM_WORLD, int(sys.argv[1])
+    data = synthetic_digits(pixels=SIZES[0])
+    results = [run(world, masters, 300, data),  # the defaults: compensation, bound 3
+               run(world, masters, 7, data, max_staleness=None, compensation=0.0)]
+    group = world.Split(0 if world.rank <= masters else MPI.UNDEFINED, world.rank)
+    if group != MPI.COMM_NULL:  # one worker: must be the serial network, whatever the options
+        for options in ({}, {"max_staleness": None, "lr_rule": "workers"}):
+            results.append(run(group, masters, 9, data, **options))
+        group.Free()
+    if world.rank == 0:
+        print(json.dumps([r for r in results if r is not None]))
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except Exception:  # noqa: BLE001 - end every rank at once instead of leaving them waiting
+        import traceback
+        traceback.print_exc()
+        MPI.COMM_WORLD.Abort(1)
