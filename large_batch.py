@@ -58,7 +58,7 @@ class LargeBatchRule:
 # The named rules of `--large-batch`, every constant in one place (measurements: docs/sync.md).
 PRESETS = {
     "off": LargeBatchRule("off"),
-    "lars": LargeBatchRule("lars", step_growth="linear", warmup=0.2, momentum=0.9, lars=0.02),
+    "lars": LargeBatchRule("lars", step_growth="linear", warmup=0.2, momentum=0.8, lars=0.03),
 }
 WEAK_PRESET = "lars"  # what --scaling weak uses unless told otherwise
 

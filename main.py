@@ -213,8 +213,11 @@ def network_settings(args, seed):
 
 
 def large_batch_settings(args):
-    """Keyword arguments of the update rule (serial and sync only)."""
-    return dict(large_batch=args.large_batch, warmup=args.warmup, momentum=args.momentum, lars=args.lars)
+    """Keyword arguments of the update rule (serial and sync only); weak scaling's default is the preset."""
+    rule = args.large_batch
+    if rule is None:
+        rule = WEAK_PRESET if getattr(args, "scaling", None) == "weak" else "off"
+    return dict(large_batch=rule, warmup=args.warmup, momentum=args.momentum, lars=args.lars)
 
 
 def build_network(args, seed):

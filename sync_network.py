@@ -21,7 +21,7 @@ Validation is shared too: each rank evaluates its share of the images and one ti
 the correct counts (evaluate), so no rank idles while rank 0 evaluates alone.
 
     mpiexec -n 4 python3 main.py sync [--allreduce ring|naive|mpi] [--scaling strong|weak]
-                                      [--exchange gradients|factors|auto]
+                                      [--exchange gradients|factors|auto] [--large-batch off|lars]
 """
 __all__ = ["SynchronicNeuralNetwork"]
 
@@ -36,7 +36,6 @@ from mpi4py import MPI
 import my_naive_allreduce
 from my_ring_allreduce import ringallgather, ringallreduce
 import network
-from large_batch import WEAK_PRESET
 from network import NeuralNetwork
 from utils import even_bounds, sigmoid, start_mpi
 from waiting import Waiter
@@ -110,10 +109,11 @@ class SynchronicNeuralNetwork(NeuralNetwork):
     samples, and an epoch has ceil(number_of_batches / p) steps to cover the same samples. The
     gradient is a sum, so keeping `learning_rate` would grow the step p-fold with the batch (the
     linear scaling rule); plain SGD diverged here from p = 4 on. large_batch names the rule
-    (large_batch.PRESETS): "off" caps the growth at twofold, learning_rate * min(1, 2 / p), plain
-    SGD; the default for weak scaling, large_batch.WEAK_PRESET, adds warm-up, a per-layer trust
-    ratio and momentum; warmup, momentum and lars override its constants (docs/sync.md).
-    Strong scaling defaults to "off"; any rule there acts as on the serial network.
+    (large_batch.PRESETS): "off" (the default, plain SGD) caps the growth at twofold,
+    learning_rate * min(1, 2 / p); large_batch.WEAK_PRESET, which main.py's --scaling weak uses
+    unless told otherwise, adds warm-up, a per-layer trust ratio and momentum (docs/sync.md);
+    warmup, momentum and lars override a rule's constants. Under strong scaling a rule acts as on
+    the serial network.
     exchange: "gradients" (allreduce the gradient, the course's design), "factors" (allgather the
     sufficient factors; see the module docstring) or "auto" (whichever message has fewer elements).
     allreduce(send, recv, comm, op): the function that sums the gradients (ringallreduce by default).
@@ -127,7 +127,7 @@ class SynchronicNeuralNetwork(NeuralNetwork):
                  epochs=10, matmul=np.matmul, seed=None, dtype=np.float64, scaling="strong",
                  allreduce=ringallreduce, comm=None, wait="auto",
                  stall_timeout=DEFAULT_STALL_TIMEOUT, exchange="gradients", allgather=None,
-                 large_batch=None, warmup=None, momentum=None, lars=None):
+                 large_batch="off", warmup=None, momentum=None, lars=None):
         if scaling not in ("strong", "weak"):
             raise ValueError(f"scaling must be 'strong' or 'weak', got {scaling!r}")
         if exchange not in EXCHANGES:
@@ -137,8 +137,6 @@ class SynchronicNeuralNetwork(NeuralNetwork):
         seed = self.comm.bcast(seed if seed is not None else secrets.randbits(32), root=0)
         self.rank, self.size = self.comm.rank, self.comm.size
         self.scaling = scaling  # set before the base constructor: its optimizer asks steps_per_epoch
-        if large_batch is None:
-            large_batch = WEAK_PRESET if scaling == "weak" else "off"
         super().__init__(sizes, learning_rate, mini_batch_size, number_of_batches, epochs, matmul,
                          seed, dtype, large_batch, warmup, momentum, lars)
         self.comm.Bcast(self.params, root=0)
