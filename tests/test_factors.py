@@ -28,15 +28,17 @@ from large_batch import WEAK_PRESET
 from sync_network import FactorBuffer, SynchronicNeuralNetwork, widened
 
 DEFAULT_LAYERS = [784, 128, 64, 10]
-RTOL = 1e-12  # of the largest parameter, where the BLAS sums a rank's rows in another order
+# Of the largest parameter, where the BLAS sums a rank's rows in another order: some hundred roundings of the
+# dtype (measured here: 1.3e-15 in float64 after 632 steps, 4.8e-8 in float32 after 20).
+RTOL = {"float64": 1e-12, "float32": 1e-5}
 
 
-def assert_serial(run, name):
-    """The run equals the serial network: bit for bit where the BLAS allows, else within RTOL."""
+def assert_serial(run, name, dtype="float64"):
+    """The run equals the serial network: bit for bit where the BLAS allows, else within RTOL of its dtype."""
     if run["rows_independent"]:
         assert run["equal"], f"{name}: not bit-identical to serial (relative {run['difference']:.1e})"
     else:
-        assert run["difference"] < RTOL, f"{name}: differs from serial by {run['difference']:.2e}"
+        assert run["difference"] < RTOL[dtype], f"{name}: differs from serial by {run['difference']:.2e}"
 
 
 def rows_independent(layers, batch, processes):
@@ -115,7 +117,7 @@ def test_factors_equal_serial_with_every_collective(processes, batch_size, dtype
     for name in (f"{c} {s}" for s in ("strong", "weak") for c in ("ring", "naive", "mpi")):
         run = runs[name]
         assert run["identical"], f"{name}: ranks hold different parameters"
-        assert_serial(run, name)
+        assert_serial(run, name, dtype)
         assert run["exchange"] == "factors"
         steps = batches if name.endswith("strong") else math.ceil(batches / processes)
         assert run["steps"] == 2 * steps, name
@@ -132,11 +134,11 @@ def run_lines(result):
 
 
 def assert_same_parameters(mine, reference, bitwise):
-    """Bit for bit where the BLAS allows (bitwise), else within RTOL of the largest parameter."""
+    """Bit for bit where the BLAS allows (bitwise), else within RTOL (float64) of the largest parameter."""
     if bitwise:
         assert np.array_equal(mine, reference)
     else:
-        assert np.max(np.abs(mine - reference)) <= RTOL * np.max(np.abs(reference))
+        assert np.max(np.abs(mine - reference)) <= RTOL["float64"] * np.max(np.abs(reference))
 
 
 @pytest.mark.parametrize("processes, allreduce", [(2, "ring"), (3, "mpi"), (3, "naive")])
