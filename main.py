@@ -161,7 +161,8 @@ def trust_eta(text):
 
 def add_large_batch_arguments(parser, default):
     """--large-batch and the constants it sets (large_batch.py); given ones override the preset's."""
-    names = ", ".join(f"{name} {rule.record()}" for name, rule in PRESETS.items() if name != "off")
+    names = "; ".join(f"{name}: step {rule.step_growth}, warm-up {rule.warmup:g}, momentum {rule.momentum:g}, "
+                      f"lars {rule.lars:g}" for name, rule in PRESETS.items() if name != "off")
     group = parser.add_argument_group("large batches (large_batch.py, docs/sync.md)")
     group.add_argument("--large-batch", choices=list(PRESETS), default=default,
                        help="update rule. off: plain SGD (weak scaling: step lr*min(1, 2/P)); "
