@@ -25,6 +25,7 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from large_batch import PRESETS, WEAK_PRESET  # noqa: E402
 from network import NeuralNetwork  # noqa: E402
 from utils import DataError, launcher_rank, load_mnist, peak_rss_mb  # noqa: E402
 from tracing import Tracer  # noqa: E402
@@ -107,7 +108,8 @@ def parse_args(argv=None):
     parser = RankZeroParser(description=__doc__.split("\n\n")[0], parents=[common])
     modes = parser.add_subparsers(dest="mode", required=True, metavar="{serial,sync,async}",
                                   parser_class=RankZeroParser)
-    modes.add_parser("serial", parents=[common], help="one process, plain SGD")
+    serial = modes.add_parser("serial", parents=[common], help="one process, SGD")
+    add_large_batch_arguments(serial, default="off")
     sync = modes.add_parser("sync", parents=[common], help="synchronous data parallelism (allreduce)")
     sync.add_argument("--allreduce", choices=["ring", "naive", "mpi"], default="ring",
                       help="which allreduce sums the gradients (default ring)")
@@ -117,6 +119,7 @@ def parse_args(argv=None):
     sync.add_argument("--exchange", choices=["gradients", "factors", "auto"], default="gradients",
                       help=EXCHANGE_HELP)
     add_wait_argument(sync)
+    add_large_batch_arguments(sync, default=None)
     asynchronous = modes.add_parser("async", parents=[common], help="asynchronous parameter server")
     add_wait_argument(asynchronous)
     asynchronous.add_argument("masters", type=bounded(int, 1), help="number of master processes")
@@ -133,6 +136,47 @@ EXCHANGE_HELP = (
     "the message grows with the samples per step, so factors are smaller only below about 93 "
     "samples per step (global batch: --batch-size, times the processes with --scaling weak). "
     "auto: whichever message has fewer elements (default gradients)")
+
+
+def warmup_length(text):
+    """--warmup: a whole number of steps, or a fraction of the run's steps below 1."""
+    value = bounded(float, 0, "non-negative number")(text)
+    if value >= 1 and value != int(value):
+        raise argparse.ArgumentTypeError(f"steps must be a whole number (or a fraction below 1): {text!r}")
+    return value
+
+
+def momentum_factor(text):
+    """--momentum: the heavy-ball beta, 0 <= beta < 1."""
+    value = bounded(float, 0, "non-negative float")(text)
+    if not value < 1:
+        raise argparse.ArgumentTypeError(f"must be below 1: {text!r}")
+    return value
+
+
+def trust_eta(text):
+    """--lars: a positive eta, or 'off' (0.0, no trust ratio)."""
+    return 0.0 if text == "off" else bounded(float, 1e-300, "positive float or 'off'")(text)
+
+
+def add_large_batch_arguments(parser, default):
+    """--large-batch and the constants it sets (large_batch.py); given ones override the preset's."""
+    names = "; ".join(f"{name}: step {rule.step_growth}, warm-up {rule.warmup:g}, momentum {rule.momentum:g}, "
+                      f"lars {rule.lars:g}" for name, rule in PRESETS.items() if name != "off")
+    group = parser.add_argument_group("large batches (large_batch.py, docs/sync.md)")
+    group.add_argument("--large-batch", choices=list(PRESETS), default=default,
+                       help="update rule. off: plain SGD (weak scaling: step lr*min(1, 2/P)); "
+                            f"{names}. Default: " + (default if default else
+                                                     f"{WEAK_PRESET} with --scaling weak, else off"))
+    group.add_argument("--warmup", type=warmup_length, default=None, metavar="STEPS|FRACTION",
+                       help="raise the step linearly over the first STEPS steps (below 1: that "
+                            "fraction of the run's steps); 0 = none (default: the rule's)")
+    group.add_argument("--momentum", type=momentum_factor, default=None, metavar="BETA",
+                       help="heavy-ball momentum, 0 <= BETA < 1: v = BETA*v + step; "
+                            "0 = none (default: the rule's)")
+    group.add_argument("--lars", type=trust_eta, default=None, metavar="ETA",
+                       help="per-layer trust ratio: each layer's step is at most ETA times the "
+                            "layer's norm; off = none (default: the rule's)")
 
 
 def add_wait_argument(parser):
@@ -174,11 +218,19 @@ def network_settings(args, seed):
                 number_of_batches=args.batches, epochs=args.epochs, seed=seed, dtype=args.dtype)
 
 
+def large_batch_settings(args):
+    """Keyword arguments of the update rule (serial and sync only); weak scaling's default is the preset."""
+    rule = args.large_batch
+    if rule is None:
+        rule = WEAK_PRESET if getattr(args, "scaling", None) == "weak" else "off"
+    return dict(large_batch=rule, warmup=args.warmup, momentum=args.momentum, lars=args.lars)
+
+
 def build_network(args, seed):
     """The network class the mode asks for, constructed from the command line."""
     settings = network_settings(args, seed)
     if args.mode == "serial":
-        return NeuralNetwork(**settings)
+        return NeuralNetwork(**settings, **large_batch_settings(args))
     if args.mode == "sync":
         return build_sync_network(args, settings)
     if args.mode == "async":
@@ -194,7 +246,7 @@ def build_network(args, seed):
 def build_sync_network(args, settings):
     """SynchronicNeuralNetwork over the allreduce the user chose (ring, naive or MPI's)."""
     settings.update(scaling=args.scaling, wait=args.wait, stall_timeout=args.stall_timeout,
-                    exchange=args.exchange)
+                    exchange=args.exchange, **large_batch_settings(args))
     if args.allreduce == "mpi":
         from sync_network_collective import SynchronicNeuralNetwork
         return SynchronicNeuralNetwork(**settings)

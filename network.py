@@ -10,9 +10,11 @@ __all__ = ["NeuralNetwork"]
 
 import json
 import os
+import time
 
 import numpy as np
 
+from large_batch import Optimizer, large_batch_rule
 from utils import as_inputs, as_targets, init_parameters, sigmoid, sigmoid_prime_from_activation
 from tracing import NULL_TRACER
 from watchdog import Watchdog
@@ -25,11 +27,15 @@ class NeuralNetwork:
     """A multilayer perceptron trained by SGD with the gradient summed over each mini-batch."""
 
     def __init__(self, sizes=(), learning_rate=1.0, mini_batch_size=16, number_of_batches=16,
-                 epochs=10, matmul=np.matmul, seed=None, dtype=np.float64):
+                 epochs=10, matmul=np.matmul, seed=None, dtype=np.float64, large_batch="off",
+                 warmup=None, momentum=None, lars=None):
         """sizes: neurons per layer, e.g. [784, 128, 64, 10]; matmul(a, b): every product goes through it.
 
         seed: a fixed seed makes initialisation and mini-batch sampling, hence the run, reproducible.
         dtype: float64 (default) or float32 for parameters and arithmetic.
+        large_batch: a rule of large_batch.PRESETS ("off": plain SGD); warmup (steps, or a fraction
+        of the run's steps when below 1), momentum (heavy ball, 0 <= beta < 1) and lars (trust-ratio
+        eta, 0 = off) replace the rule's own constants when given.
         """
         self.sizes = [int(n) for n in sizes]
         self.learning_rate = float(learning_rate)
@@ -51,6 +57,18 @@ class NeuralNetwork:
         self.stop_requested = False
         self.is_root = True  # the process that prints; distributed subclasses set it to rank == 0
         self.tracer = NULL_TRACER  # a Tracer records the run's timeline (trace_into)
+        self.rule = large_batch_rule(large_batch, warmup, momentum, lars)
+        self.optimizer = self.large_batch_optimizer()  # None: plain SGD
+        self.update_time = 0.0  # seconds in apply_step: the elementwise work of the updates
+
+    def large_batch_optimizer(self):
+        """The Optimizer of self.rule, or None for plain SGD (uses steps_per_epoch: subclasses set
+        what it reads before calling this constructor)."""
+        if self.rule.is_plain():
+            return None
+        total_steps = self.epochs * self.steps_per_epoch()
+        return Optimizer(self.rule, self.layer_slices(), self.params.size, self.dtype,
+                         self.rule.warmup_steps(total_steps))
 
     def _check_settings(self):
         """Raise ValueError with a readable message for settings that cannot train."""
@@ -100,6 +118,14 @@ class NeuralNetwork:
             start += n_out
         assert start == flat.size, "layer views must cover the flat buffer exactly"
         return weights, biases
+
+    def layer_slices(self):
+        """Each layer's slice of the flat buffer: its weights, then its biases (contiguous)."""
+        slices, start = [], 0
+        for n_in, n_out in zip(self.sizes[:-1], self.sizes[1:]):
+            slices.append(slice(start, start + n_in * n_out + n_out))
+            start = slices[-1].stop
+        return slices
 
     def parameters(self):
         """The flat parameter buffer (every weight and bias); update it in place, never rebind it."""
@@ -154,8 +180,32 @@ class NeuralNetwork:
         self.back_prop(y, scale=self.learning_rate)
         tracer.end(span)
         span = tracer.begin("update")
-        self.params -= self.grads
+        self.apply_step(self.grads)
         tracer.end(span)
+
+    def apply_step(self, step):
+        """params -= step, step (n,) = eta * gradient; through the large-batch rule if there is one.
+
+        The rule scales `step` in place (a scratch buffer: grads, or the allreduce's result).
+        """
+        start = time.perf_counter_ns()
+        if self.optimizer is None:
+            self.params -= step
+        else:
+            self.optimizer.apply(self.params, step)
+        self.update_time += (time.perf_counter_ns() - start) / 1e9
+
+    def steps_per_epoch(self):
+        """Updates in one epoch: one per mini-batch."""
+        return self.number_of_batches
+
+    def statistics(self):
+        """The update rule in effect and the time its elementwise work took (for --json)."""
+        optimizer = self.optimizer
+        return {"large_batch": self.rule.name, "learning_rate": self.learning_rate,
+                "warmup_steps": optimizer.warmup_steps if optimizer else 0,
+                "momentum": self.rule.momentum, "lars_eta": self.rule.lars,
+                "update_time": self.update_time}
 
     # ------------------------------------------------------------------ training and evaluation
 
@@ -267,7 +317,8 @@ class NeuralNetwork:
         temporary = f"{path}.tmp{os.getpid()}"
         with open(temporary, "wb") as f:
             np.savez(f, params=self.params, sizes=np.array(self.sizes), epoch=self.epoch,
-                     history=np.array(self.history), rng_state=json.dumps(self.rng.bit_generator.state))
+                     history=np.array(self.history), rng_state=json.dumps(self.rng.bit_generator.state),
+                     **self.optimizer_state())
             f.flush()
             os.fsync(f.fileno())
         os.replace(temporary, path)
@@ -286,3 +337,26 @@ class NeuralNetwork:
         self.epoch = int(state["epoch"])
         self.history = [float(a) for a in state["history"]]
         self.rng.bit_generator.state = json.loads(str(state["rng_state"]))
+        self.load_optimizer_state(path, state)
+
+    def optimizer_state(self):
+        """The large-batch optimizer's state for a checkpoint: updates done, velocity (momentum)."""
+        if self.optimizer is None:
+            return {}
+        state = {"updates": self.optimizer.updates}
+        if self.optimizer.velocity is not None:
+            state["velocity"] = self.optimizer.velocity
+        return state
+
+    def load_optimizer_state(self, path, state):
+        """Restore optimizer_state; a velocity must be there exactly when this run has momentum."""
+        has_velocity = self.optimizer is not None and self.optimizer.velocity is not None
+        if ("velocity" in state) != has_velocity:
+            raise ValueError(f"{path}: checkpoint {'with' if 'velocity' in state else 'without'} "
+                             f"momentum, this run {'with' if has_velocity else 'without'}: "
+                             "resume with the momentum it was written with")
+        if self.optimizer is None:
+            return
+        self.optimizer.updates = int(state.get("updates", self.epoch * self.steps_per_epoch()))
+        if has_velocity:
+            self.optimizer.velocity[...] = state["velocity"]

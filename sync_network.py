@@ -21,7 +21,7 @@ Validation is shared too: each rank evaluates its share of the images and one ti
 the correct counts (evaluate), so no rank idles while rank 0 evaluates alone.
 
     mpiexec -n 4 python3 main.py sync [--allreduce ring|naive|mpi] [--scaling strong|weak]
-                                      [--exchange gradients|factors|auto]
+                                      [--exchange gradients|factors|auto] [--large-batch off|lars]
 """
 __all__ = ["SynchronicNeuralNetwork"]
 
@@ -41,7 +41,6 @@ from utils import even_bounds, sigmoid, start_mpi
 from waiting import Waiter
 from watchdog import DEFAULT_STALL_TIMEOUT, Watchdog
 
-WEAK_STEP_GROWTH_CAP = 2  # weak scaling: the summed-gradient step may grow at most this much
 EXCHANGES = ("gradients", "factors", "auto")
 # Each allreduce's allgather, so a network built with allreduce=X gathers factors the same way.
 COMPANION_ALLGATHER = {ringallreduce: ringallgather,
@@ -109,8 +108,12 @@ class SynchronicNeuralNetwork(NeuralNetwork):
     scaling="weak" (Gustafson): each rank takes a whole mini_batch_size, so a step sees p times the
     samples, and an epoch has ceil(number_of_batches / p) steps to cover the same samples. The
     gradient is a sum, so keeping `learning_rate` would grow the step p-fold with the batch (the
-    linear scaling rule); that diverged here from p = 4 on, so the growth is capped at twofold:
-    the weak step uses learning_rate * min(1, 2 / p) (measurements in the README).
+    linear scaling rule); plain SGD diverged here from p = 4 on. large_batch names the rule
+    (large_batch.PRESETS): "off" (the default, plain SGD) caps the growth at twofold,
+    learning_rate * min(1, 2 / p); large_batch.WEAK_PRESET, which main.py's --scaling weak uses
+    unless told otherwise, adds warm-up, a per-layer trust ratio and momentum (docs/sync.md);
+    warmup, momentum and lars override a rule's constants. Under strong scaling a rule acts as on
+    the serial network.
     exchange: "gradients" (allreduce the gradient, the course's design), "factors" (allgather the
     sufficient factors; see the module docstring) or "auto" (whichever message has fewer elements).
     allreduce(send, recv, comm, op): the function that sums the gradients (ringallreduce by default).
@@ -123,7 +126,8 @@ class SynchronicNeuralNetwork(NeuralNetwork):
     def __init__(self, sizes=(), learning_rate=1.0, mini_batch_size=16, number_of_batches=16,
                  epochs=10, matmul=np.matmul, seed=None, dtype=np.float64, scaling="strong",
                  allreduce=ringallreduce, comm=None, wait="auto",
-                 stall_timeout=DEFAULT_STALL_TIMEOUT, exchange="gradients", allgather=None):
+                 stall_timeout=DEFAULT_STALL_TIMEOUT, exchange="gradients", allgather=None,
+                 large_batch="off", warmup=None, momentum=None, lars=None):
         if scaling not in ("strong", "weak"):
             raise ValueError(f"scaling must be 'strong' or 'weak', got {scaling!r}")
         if exchange not in EXCHANGES:
@@ -131,14 +135,14 @@ class SynchronicNeuralNetwork(NeuralNetwork):
         self.comm = comm if comm is not None else start_mpi().COMM_WORLD
         # Every rank must start from the same parameters and draw the same mini-batches.
         seed = self.comm.bcast(seed if seed is not None else secrets.randbits(32), root=0)
+        self.rank, self.size = self.comm.rank, self.comm.size
+        self.scaling = scaling  # set before the base constructor: its optimizer asks steps_per_epoch
         super().__init__(sizes, learning_rate, mini_batch_size, number_of_batches, epochs, matmul,
-                         seed, dtype)
+                         seed, dtype, large_batch, warmup, momentum, lars)
         self.comm.Bcast(self.params, root=0)
         self.waiter = Waiter(self.comm, wait)  # every wait of the allreduce on comm follows it
         self.stall_timeout = stall_timeout
-        self.rank, self.size = self.comm.rank, self.comm.size
         self.is_root = self.rank == 0
-        self.scaling = scaling
         self.allreduce = allreduce
         self.allgather = allgather if allgather is not None else COMPANION_ALLGATHER.get(allreduce)
         self.exchange = self.choose_exchange(exchange)
@@ -149,9 +153,9 @@ class SynchronicNeuralNetwork(NeuralNetwork):
         self.sent_counter = sys.modules.get(getattr(exchanged, "__module__", None))
         self.factor_buffers = {}  # global batch size -> FactorBuffer (one, unless batches vary)
         self.reduced = np.empty_like(self.grads) if self.exchange == "gradients" else None
-        self.step_size = self.learning_rate
+        self.step_size = self.learning_rate  # the base step; the rule may scale it further per step
         if scaling == "weak":
-            self.step_size *= min(1, WEAK_STEP_GROWTH_CAP / self.size)
+            self.step_size = self.rule.base_step(self.learning_rate, self.size)
         self.compute_time = self.communication_time = self.evaluation_time = 0.0
         self.bytes_sent = 0  # passed to sends by the exchange, read off its module's counter
         self.steps = 0
@@ -213,7 +217,7 @@ class SynchronicNeuralNetwork(NeuralNetwork):
         end = time.perf_counter_ns()
         tracer.record("allreduce", middle, end)  # one timing: the trace and communication_time agree
         span = tracer.begin("update")
-        self.params -= self.reduced
+        self.apply_step(self.reduced)  # the summed step, the same bits on every rank
         tracer.end(span)
         self.count_times(start, middle, end)
 
@@ -234,7 +238,7 @@ class SynchronicNeuralNetwork(NeuralNetwork):
         tracer.record("factor_allgather", middle, end)  # one timing, as in step_by_gradients
         span = tracer.begin("update")  # the serial gradient products from the factors, then the step
         self.gradient_from_factors(buffer)
-        self.params -= self.grads
+        self.apply_step(self.grads)
         tracer.end(span)
         self.count_times(start, middle, end)
 
@@ -343,9 +347,10 @@ class SynchronicNeuralNetwork(NeuralNetwork):
         return self.waiter.agree(self.stop_requested, ("epoch_end", self.epoch, None))
 
     def statistics(self):
-        """Rank 0's step count, time split (compute, communication, evaluation) and elements sent."""
+        """Rank 0's step count, time split (compute, communication, evaluation), elements sent and
+        the update rule (network.NeuralNetwork.statistics: rule, warm-up, momentum, update_time)."""
         steps = max(self.steps, 1)
-        return {"scaling": self.scaling, "exchange": self.exchange, "wait_policy": self.waiter.policy,
+        return {**super().statistics(), "scaling": self.scaling, "exchange": self.exchange, "wait_policy": self.waiter.policy,
                 "steps": self.steps, "step_size": self.step_size,
                 "compute_time": self.compute_time, "communication_time": self.communication_time,
                 "evaluation_time": self.evaluation_time,

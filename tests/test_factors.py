@@ -24,6 +24,7 @@ import pytest
 from mpi4py import MPI
 
 from conftest import run_mpi, run_python
+from large_batch import WEAK_PRESET
 from sync_network import FactorBuffer, SynchronicNeuralNetwork, widened
 
 DEFAULT_LAYERS = [784, 128, 64, 10]
@@ -165,9 +166,10 @@ def test_main_sync_factors_prints_serial_accuracies_and_saves_serial_parameters(
 
 
 def test_main_sync_factors_weak_scaling_is_serial_on_the_larger_batch(tmp_path):
-    """Weak scaling at P = 2: the serial network on 32-sample batches, half the steps (lr x 1)."""
+    """Weak scaling at P = 2: the serial network on 32-sample batches, half the steps (lr x 1), under
+    weak scaling's default rule (large_batch.WEAK_PRESET) on both."""
     serial = run_python("main.py", "serial", "--epochs", "1", "--batches", "15", "--batch-size", "32",
-                        "--seed", "6", "--save", tmp_path / "serial.npz")
+                        "--seed", "6", "--large-batch", WEAK_PRESET, "--save", tmp_path / "serial.npz")
     sync = run_mpi(2, "main.py", "sync", "--exchange", "factors", "--scaling", "weak", "--epochs", "1",
                    "--batches", "30", "--seed", "6", "--save", tmp_path / "sync.npz")
     assert run_lines(sync) == run_lines(serial)
