@@ -79,7 +79,7 @@ def model_terms(r, f):
     model, c = r.model, r.model.compute
     fewest = min(range(1, 17), key=c)  # fewer rows are not always cheaper: BLAS picks kernels by shape
     f.update(tc={rows: c(rows) for rows in (1, 8, 16)}, tc8_share=c(8) / c(16), fewest=(fewest, c(fewest)),
-             removable=c(16) - model.kappa * c(fewest), t_eval=model.evaluation, factor_row=model.factor_row,
+             removable=max(0.0, c(16) - model.kappa * c(fewest)), t_eval=model.evaluation, factor_row=model.factor_row,
              validation_rows=next(x["rows"] for x in r.compute_rows if x["kind"] == "evaluate"),
              shared_evaluation=r.shared_evaluation(), kappa=model.kappa,
              fit_processes=", ".join(map(str, sorted({x["processes"] for x in fit_rows(r.allreduce, r.cores)}))),
@@ -119,8 +119,9 @@ def predictions(r, f):
     transfer = 2 * exchange_time(model.fits, "naive", 2, model.parameters)  # push and pull: P = 2 is one message
     f.update(prediction_rows=[(p, [speed[(p, s)] for s in SERIES]) for p in PREDICTED],
              pred_strong=best(SERIES[0]), pred_weak=best(SERIES[3]), pred_factors=(best(SERIES[2]), best(SERIES[5])),
-             crossover=over[0] if over else f"beyond {PREDICTED[-1]}", tx_ring2=exchange, saved_compute=saved,
-             compute2=steps[2][0], tx_ring_limit=2 * model.parameters * model.fits["ring"][1],
+             crossover=over[0] if over else f"beyond {PREDICTED[-1]}", tx_ring2=exchange,
+             saved_compute=abs(saved), split_saves=saved > 0, compute2=steps[2][0],
+             tx_ring_limit=2 * model.parameters * model.fits["ring"][1],
              exchange_costs_more=exchange > saved, exchange_dominates=exchange > steps[2][0],
              tx_factors2=model.step(2, "factors")[1], factor_elements2=model.factor_row * model.batch,
              factors_speedup2=speed[(2, SERIES[2])], ring_speedup2=speed[(2, SERIES[0])],

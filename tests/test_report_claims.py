@@ -145,6 +145,16 @@ def test_kappa_scales_the_parallel_compute_by_the_runs_own_times(tmp_path):
     assert "**κ = 1.50** times" in " ".join(render(results).split())
 
 
+def test_a_split_that_computes_longer_is_said_to_add_compute(tmp_path):
+    """With kappa = 1.5, 8 rows per rank take 1.5 x 280 us = 420 us against 360 us alone: the split adds 60 us."""
+    runs = matrix()
+    for row in runs[1:4]:
+        per_rank = 16 // row["processes"] if row["scaling"] == "strong" else 16
+        row["compute_time"] = 1.5 * row["steps"] * (200e-6 + 10e-6 * per_rank)
+    report = " ".join(render(fake_results(tmp_path / "out", runs)).split())
+    assert "Splitting the 16 rows over 2 processes adds 0.06 ms of compute per step" in report
+
+
 @pytest.mark.parametrize("accuracy, diverged", [(9.58, True), (91.0, False)])
 def test_plain_async_is_called_diverged_only_when_it_answers_one_digit(tmp_path, accuracy, diverged):
     report = text(tmp_path, plain_accuracy=accuracy)
@@ -211,7 +221,7 @@ def test_trace_pictures_are_embedded_only_where_drawn(tmp_path):
               "async_2m_P4": {"png": None, "error": "exit code 2: unrecognized arguments: --trace"},
               "serial": {"png": "traces/serial.png", "error": ""}}  # recorded, but the file is gone
     report = render(fake_results(out, matrix(), traces=traces))
-    assert "![Sync, P = 4](traces/sync_P4.png)" in report and "Sync at P = 4 on 2 cores" in report
+    assert "![Sync, P = 4](traces/sync_P4.png)" in report and "Sync, P = 4 on 2 cores" in report
     assert report.count("](traces/") == 1
 
 
