@@ -43,7 +43,8 @@ FILTERS = {"sec": number("{:.2f} s"), "ms": number("{:.3g} ms", 1e3), "pct": num
            "times": number("{:.2f}×"), "signed": number("{:+.0f} %", 100), "share": number("{:.0f} %", 100),
            "num": number("{:.3g}"), "thousands": number("{:,.0f}"), "fixed": number("{:.2f}"),
            "points": number("{:+.2f}"), "us": number("{:.1f}", 1e6), "ns": number("{:.3f}", 1e9),
-           "MB": number("{:.2f} MB", 1e-6), "kB": number("{:,.0f}", 1e-3), "GB": number("{:.2f} GB", 1e-9), "minutes": number("{:.1f} min", 1 / 60),
+           "MB": number("{:.2f} MB", 1e-6), "kB": number("{:,.0f}", 1e-3), "GB": number("{:.2f} GB", 1e-9),
+           "signed_sec": number("{:+.2f} s"), "minutes": number("{:.1f} min", 1 / 60),
            "choose": choose}
 
 
@@ -248,7 +249,8 @@ def split(r, f):
              layers_faster=layers["updates_per_second"] > balanced["updates_per_second"],
              split_bound_rises=balanced["bound"] > one["bound"],
              one_saturates=one["workers"] >= one["saturation"],
-             split_oversubscribed=any(e["processes"] > r.cores for e in entries))
+             split_oversubscribed=any(e["processes"] > r.cores for e in entries),
+             split_reached=[f(e["updates_per_second"] / e["predicted"] for e in entries) for f in (min, max)])
 
 
 def weak_rules(r, f):
@@ -258,6 +260,12 @@ def weak_rules(r, f):
                  update_step=(per_step(e, "update_time"), per_step(capped.get(e["processes"]), "update_time")))
             for e in r.series("sync ring weak")]
     largest = max((row for row in rows if row["old"]), key=lambda row: row["p"])
+    smallest = min((row for row in rows if row["old"]), key=lambda row: row["p"])
+    new, old = smallest["new"], smallest["old"]
+    if all(e.get(k) is not None for e in (new, old) for k in ("compute_time", "update_time", "communication_time")):
+        extra = {k: new[k] - old[k] for k in ("time", "update_time", "communication_time")}
+        extra["other_compute"] = new["compute_time"] - new["update_time"] - old["compute_time"] + old["update_time"]
+        f.update(weak_extra=extra, weak_smallest=smallest)
     f.update(weak_rule_rows=rows, weak_largest=largest, large_batch_rule=largest["new"].get("large_batch"),
              weak_new_worst=min(row["new"]["test_accuracy"] for row in rows),
              weak_old_worst=min(row["old"]["test_accuracy"] for row in rows if row["old"]),

@@ -250,6 +250,17 @@ def test_one_master_is_called_the_bottleneck_only_when_the_workers_reach_w_star(
     assert figures_["one_saturates"] is False and figures_["split_one"]["saturation"] > 100
 
 
+def test_oversubscribed_split_runs_say_how_much_of_the_prediction_they_reached(tmp_path):
+    """Predicted: min(W / (compute + push and pull + D_max), 1 / D_max); the runs share the 2 cores."""
+    transfer = 2 * (ALPHA + 109386 * BETA)
+    reached = []
+    for (masters, shard), rate in zip(SHARDS, (300, 400, 450, 500, 350)):
+        d_max = ONE_MASTER_DEMAND * max(SHARDS[(masters, shard)]) / 109386
+        reached.append(rate / min(4 / (0.5e-3 + transfer + d_max), 1 / d_max))
+    assert (f"the runs reached {100 * min(reached):.0f} %–{100 * max(reached):.0f} % of the predicted updates per "
+            "second" in text(tmp_path))
+
+
 @pytest.mark.parametrize("weak, capped, verb", [((92.0, 91.0), (92.0, 60.0), "gains"),
                                                 ((92.0, 55.0), (92.0, 60.0), "loses")])
 def test_weak_scaling_rule_is_called_a_gain_or_a_loss_against_the_capped_step(tmp_path, weak, capped, verb):
@@ -257,6 +268,22 @@ def test_weak_scaling_rule_is_called_a_gain_or_a_loss_against_the_capped_step(tm
     assert f"at P = 4 the rule {verb} {abs(weak[1] - capped[1]):.2f} points" in report
     assert "| 4* | 15 | 1.50 s / 1.50 s | 1.33× / 1.33× |" in report  # steps, time and speed-up of both rules
     assert "| 0.2 ms / 0.0667 ms |" in report  # rank 0's update span per step: 3 ms and 1 ms over 15 steps
+
+
+@pytest.mark.parametrize("rule, capped, words", [
+    ((1.5, 0.9, 0.5), (1.0, 0.6, 0.3), "by +0.50 s: rank 0's update +0.00 s, the rest of its compute +0.30 s, its "
+                                       "exchange +0.20 s"),
+    ((0.8, 0.5, 0.2), (1.0, 0.6, 0.3), "by -0.20 s: rank 0's update +0.00 s, the rest of its compute -0.10 s, its "
+                                       "exchange -0.10 s")])
+def test_the_rules_extra_time_is_split_into_the_measured_spans(tmp_path, rule, capped, words):
+    """(time, compute without the update, communication) of the two P = 2 weak runs; updates 3 ms and 1 ms."""
+    runs = matrix()
+    for row in runs:
+        if row["processes"] == 2 and row["label"] in ("sync ring weak", "sync ring weak capped"):
+            time, compute, exchange = rule if row["label"] == "sync ring weak" else capped
+            row.update(time=time, compute_time=compute + row["update_time"], communication_time=exchange)
+    report = " ".join(render(fake_results(tmp_path / "out", runs)).split())
+    assert f"At P = 2 the rule's run differs from the capped step's {words}." in report
 
 
 @pytest.mark.parametrize("weak_time, other", [(1.0, "Speed-up in Amdahl's sense"), (3.0, "Speed-up in Gustafson's sense")])
