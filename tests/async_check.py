@@ -67,9 +67,7 @@ def run(comm, masters, batches, data, **extra):
               "epochs_reported": len(network.history),
               "root_holds_assembled_model": bool(np.array_equal(whole, network.params))}
     if network.num_workers == 1:
-        serial = NeuralNetwork(**settings(batches))
-        serial.fit(data)
-        result["difference_from_serial"] = float(np.max(np.abs(network.params - serial.params)))
+        result["difference_from_serial"] = difference_from_serial(network, settings(batches), data)
     return result
 
 
@@ -95,10 +93,22 @@ def main():
         print(json.dumps([r for r in results if r is not None]))
 
 
-if __name__ == "__main__":
+def difference_from_serial(network, serial_settings, data):
+    """Largest |parameter difference| between a one-worker async run and the serial network on the same data."""
+    serial = NeuralNetwork(**serial_settings)
+    serial.fit(data)
+    return float(np.max(np.abs(network.params - serial.params)))
+
+
+def main_or_abort(main):
+    """Run `main`; on any exception print it and end every rank at once instead of leaving them waiting."""
     try:
         main()
-    except Exception:  # noqa: BLE001 - end every rank at once instead of leaving them waiting
+    except Exception:  # noqa: BLE001 - any failure, whatever its kind
         import traceback
         traceback.print_exc()
         MPI.COMM_WORLD.Abort(1)
+
+
+if __name__ == "__main__":
+    main_or_abort(main)

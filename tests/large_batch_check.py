@@ -16,9 +16,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
-from conftest import synthetic_digits  # noqa: E402
 from network import NeuralNetwork  # noqa: E402
-from sync_check import SIZES, VARIANTS, trained  # noqa: E402
+from sync_check import SIZES, VARIANTS, settings_from_argv, trained  # noqa: E402
 
 RULES = {  # name -> keyword arguments of the networks
     "warmup": dict(large_batch="off", warmup=0.3),
@@ -45,10 +44,7 @@ def serial_reference(settings, rule, scaling, p, data):
 
 def main():
     comm = MPI.COMM_WORLD
-    batch_size, batches = int(sys.argv[1]), int(sys.argv[2])
-    data = synthetic_digits(pixels=SIZES[0])
-    settings = dict(sizes=SIZES, learning_rate=0.3, mini_batch_size=batch_size,
-                    number_of_batches=batches, epochs=2, seed=11)
+    data, settings = settings_from_argv()
     results = {}
     for rule_name, rule in RULES.items():
         for scaling in ("strong", "weak"):

@@ -18,10 +18,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
-from async_check import assembled  # noqa: E402
+from async_check import assembled, difference_from_serial, main_or_abort  # noqa: E402
 from async_network import AsynchronicNeuralNetwork  # noqa: E402
 from conftest import synthetic_digits  # noqa: E402
-from network import NeuralNetwork  # noqa: E402
 
 SIZES = [20, 16, 12, 10]  # learns the synthetic digits (100 %) in 3 epochs of 300 mini-batches of 8
 EPOCHS = 3
@@ -49,9 +48,7 @@ def run(comm, masters, batches, data, **extra):
               "root_holds_assembled_model": bool(np.array_equal(whole, network.params)),
               "every_rank_holds_the_model": len(set(models)) == 1}
     if network.num_workers == 1:
-        serial = NeuralNetwork(**settings(batches))
-        serial.fit(data)
-        result["difference_from_serial"] = float(np.max(np.abs(network.params - serial.params)))
+        result["difference_from_serial"] = difference_from_serial(network, settings(batches), data)
     return result
 
 
@@ -70,9 +67,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except Exception:  # noqa: BLE001 - end every rank at once instead of leaving them waiting
-        import traceback
-        traceback.print_exc()
-        MPI.COMM_WORLD.Abort(1)
+    main_or_abort(main)

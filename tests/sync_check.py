@@ -43,12 +43,17 @@ def compare(comm, params, reference):
     return len(set(hashes)) == 1, float(difference)
 
 
+def settings_from_argv():
+    """-> (synthetic data, the networks' keyword arguments) for BATCH_SIZE STEPS on the command line."""
+    batch_size, batches = int(sys.argv[1]), int(sys.argv[2])
+    return synthetic_digits(pixels=SIZES[0]), dict(sizes=SIZES, learning_rate=0.3, mini_batch_size=batch_size,
+                                                   number_of_batches=batches, epochs=2, seed=11)
+
+
 def main():
     comm = MPI.COMM_WORLD
-    batch_size, batches = int(sys.argv[1]), int(sys.argv[2])
-    data = synthetic_digits(pixels=SIZES[0])
-    settings = dict(sizes=SIZES, learning_rate=0.3, mini_batch_size=batch_size,
-                    number_of_batches=batches, epochs=2, seed=11)
+    data, settings = settings_from_argv()
+    batch_size, batches = settings["mini_batch_size"], settings["number_of_batches"]
     results = {}
     for scaling in ("strong", "weak"):
         if scaling == "strong":
