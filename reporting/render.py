@@ -250,7 +250,7 @@ def split(r, f):
              split_bound_rises=balanced["bound"] > one["bound"],
              one_saturates=one["workers"] >= one["saturation"],
              split_oversubscribed=any(e["processes"] > r.cores for e in entries),
-             split_reached=[f(e["updates_per_second"] / e["predicted"] for e in entries) for f in (min, max)])
+             split_reached=[pick(e["updates_per_second"] / e["predicted"] for e in entries) for pick in (min, max)])
 
 
 def weak_rules(r, f):
