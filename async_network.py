@@ -135,11 +135,6 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
 
     # ------------------------------------------------------------------ who owns what
 
-    def layer_bounds(self):
-        """Offsets (num_layers,): the course's layer l >= 1 (weights[l-1], biases[l-1]) is
-        params[bounds[l-1]:bounds[l]]; layer 0, the input, holds no parameters."""
-        return np.cumsum([0] + [w.size + b.size for w, b in zip(self.weights, self.biases)]).tolist()
-
     def shard_segments(self):
         """Per master, the contiguous ranges (lo, hi) of the flat buffer it owns, adjacent ones merged.
 
@@ -150,10 +145,10 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
         if self.shard == "balanced":
             bounds = even_bounds(self.params.size, self.num_masters)
             ranges = [[(lo, hi)] for lo, hi in zip(bounds[:-1], bounds[1:])]
-        else:
-            bounds = self.layer_bounds()
-            ranges = [[(bounds[layer - 1], bounds[layer])
-                       for layer in range(master, self.num_layers, self.num_masters) if layer > 0]
+        else:  # the course's layer l >= 1 is layer_slices()[l - 1]; layer 0, the input, has none
+            layers = self.layer_slices()
+            ranges = [[(layers[number - 1].start, layers[number - 1].stop)
+                       for number in range(master, self.num_layers, self.num_masters) if number > 0]
                       for master in range(self.num_masters)]
         segments = []
         for mine in ranges:
@@ -168,9 +163,8 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
 
     def shard_layers(self):
         """Per master, the course's layer numbers (1..num_layers-1) its shard holds parameters of."""
-        bounds = self.layer_bounds()
-        return [[layer for layer in range(1, self.num_layers)
-                 if any(lo < bounds[layer] and bounds[layer - 1] < hi for lo, hi in mine)]
+        layers = list(enumerate(self.layer_slices(), start=1))
+        return [[number for number, span in layers if any(lo < span.stop and span.start < hi for lo, hi in mine)]
                 for mine in self.segments]
 
     def shard_messages(self, flat):

@@ -32,8 +32,8 @@ from utils import load_mnist, write_csv  # noqa: E402
 __all__ = ["main", "parse_args", "run_all"]
 
 PROJECT_DIR = os.path.dirname(os.path.abspath(__file__))
-DEFAULTS = dict(processes=[2, 4, 8, 16], async_runs=[(2, 4), (2, 8), (4, 8), (4, 16)], split_masters=[1, 2, 4],
-                split_workers=4,
+DEFAULTS = dict(processes=[2, 4, 8, 16], async_runs=[(2, 4), (2, 8), (4, 8), (4, 16)],
+                split_masters=[1, 2, 4], split_workers=4,
                 async_variants=list(ASYNC_VARIANTS), allreduce_processes=[2, 4, 8],
                 allreduce_sizes=",".join(f"2^{k}" for k in range(12, 22)), allreduce_repeats=20, compute_repeats=300,
                 epochs=5, batches=632, timeout=2400, trace_steps="100:106", out=os.path.join(PROJECT_DIR, "results"))

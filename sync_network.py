@@ -350,7 +350,8 @@ class SynchronicNeuralNetwork(NeuralNetwork):
         """Rank 0's step count, time split (compute, communication, evaluation), elements sent and
         the update rule (network.NeuralNetwork.statistics: rule, warm-up, momentum, update_time)."""
         steps = max(self.steps, 1)
-        return {**super().statistics(), "scaling": self.scaling, "exchange": self.exchange, "wait_policy": self.waiter.policy,
+        return {**super().statistics(),
+                "scaling": self.scaling, "exchange": self.exchange, "wait_policy": self.waiter.policy,
                 "steps": self.steps, "step_size": self.step_size,
                 "compute_time": self.compute_time, "communication_time": self.communication_time,
                 "evaluation_time": self.evaluation_time,

@@ -220,8 +220,9 @@ def crossover(r, p):
 def consoles(r, f):
     """What the representative runs printed (first seed), for 3, 6 and 11: copied from their output, never typed."""
     quoted = lambda pairs: [text for text in (r.console(*pair) for pair in pairs) if text]  # noqa: E731
-    f.update(console_sync=quoted([("serial", 1)] + [(e["label"], e["processes"]) for e in r.series("sync ring strong")]),
-             console_async=quoted([(e["label"], e["processes"]) for e in r.entries("async") if "plain" not in e["label"]]),
+    runs = lambda entries: [(e["label"], e["processes"]) for e in entries]  # noqa: E731
+    f.update(console_sync=quoted([("serial", 1)] + runs(r.series("sync ring strong"))),
+             console_async=quoted(runs(e for e in r.entries("async") if "plain" not in e["label"])),
              console_allreduce=quoted([("allreduce_test", p) for p in sorted({x["processes"] for x in r.allreduce})]))
 
 

@@ -197,10 +197,10 @@ def record_fields(experiment, record):
     return fields
 
 
-# What Q7 reads of a split run's --json statistics: per master lists, and the workers' means per mini-batch.
+# What Q7 reads of a split run's --json statistics besides async_fields: the per-master lists.
 SPLIT_FIELDS = ("shard", "shard_sizes", "shard_layers", "updates_per_second", "master_busy_fraction",
                 "master_service_time", "master_bytes_received_per_update", "master_bytes_sent_per_update",
-                "master_messages_per_update", "worker_compute_per_batch", "worker_wait_per_batch")
+                "master_messages_per_update")
 
 
 def async_fields(stats):

@@ -286,7 +286,8 @@ def test_the_rules_extra_time_is_split_into_the_measured_spans(tmp_path, rule, c
     assert f"At P = 2 the rule's run differs from the capped step's {words}." in report
 
 
-@pytest.mark.parametrize("weak_time, other", [(1.0, "Speed-up in Amdahl's sense"), (3.0, "Speed-up in Gustafson's sense")])
+@pytest.mark.parametrize("weak_time, other", [(1.0, "Speed-up in Amdahl's sense"),
+                                              (3.0, "Speed-up in Gustafson's sense")])
 def test_the_other_sense_of_speed_up_is_the_law_that_did_not_fit(tmp_path, weak_time, other):
     assert other in text(tmp_path, sync_time=2.5, weak_time=weak_time)
 
@@ -306,8 +307,10 @@ def test_console_output_is_quoted_from_the_runs_own_files(tmp_path):
     results = fake_results(tmp_path / "out", matrix())
     records = tmp_path / "out" / "records"
     records.mkdir()
-    (records / "sync_ring_strong_P2_r0.txt").write_text("$ mpiexec -n 2 python3 main.py sync\nEpoch 1, accuracy 12.34 %.\n")
-    (records / "allreduce_test_P2_r0.txt").write_text("$ mpiexec -n 2 python3 allreduce_test.py\nsize 4096 naive True\n")
+    (records / "sync_ring_strong_P2_r0.txt").write_text(
+        "$ mpiexec -n 2 python3 main.py sync\nEpoch 1, accuracy 12.34 %.\n")
+    (records / "allreduce_test_P2_r0.txt").write_text(
+        "$ mpiexec -n 2 python3 allreduce_test.py\nsize 4096 naive True\n")
     report = render(results)
     section = lambda n: report[report.index(f"## {n}. "):report.index(f"## {n + 1}. ")]  # noqa: E731
     assert "```text\n$ mpiexec -n 2 python3 main.py sync\nEpoch 1, accuracy 12.34 %.\n```" in section(3)
