@@ -1,4 +1,5 @@
-"""The report's PNG figures; a figure without data says why instead of failing the report."""
+"""The report's figures, drawn once at their printed size: PNG for REPORT.md, SVG beside it for hw3.pdf. A figure
+without data says why instead of failing the report."""
 __all__ = ["PLOTS", "draw_plots", "PREDICTED"]
 
 import os
@@ -6,21 +7,29 @@ import os
 from reporting.model import PREDICTED, SERIES, exchange_time
 
 
+WIDTH = 6.7  # inches: an A4 page's text width in hw3.pdf, so that 8-point labels print at 8 points
+
+
 def pyplot():
     import matplotlib
     matplotlib.use("Agg")
+    matplotlib.rcParams.update({"font.size": 8, "legend.fontsize": 7, "svg.hashsalt": "report"})  # stable SVG ids
     import matplotlib.pyplot as plt
     return plt
 
 
+def figure(height, panels=1, **options):
+    return pyplot().subplots(1, panels, figsize=(WIDTH, height), layout="constrained", **options)
+
+
 def save(fig, path):
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=150)
+    fig.savefig(os.path.splitext(path)[0] + ".svg", metadata={"Date": None})  # no date: same runs, same file
     pyplot().close(fig)
 
 
 def empty_plot(path, message):
-    fig, ax = pyplot().subplots(figsize=(7, 2.5))
+    fig, ax = figure(1.5)
     ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True)
     ax.set_axis_off()
     save(fig, path)
@@ -35,8 +44,7 @@ def style(label):
 
 def log2_axis(ax, values):
     ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted(set(values)))
-    ax.set_xticklabels([str(v) for v in sorted(set(values))])
+    ax.set_xticks(sorted(set(values)), [str(v) for v in sorted(set(values))])
     ax.minorticks_off()
 
 
@@ -46,7 +54,7 @@ def plot_series(results, path, x, y, serial_label, only=None, **axes):
               if results.series(l) and (only is None or l in only)]
     if not labels:
         return empty_plot(path, "no successful parallel run")
-    fig, ax = pyplot().subplots(figsize=(9, 6))
+    fig, ax = figure(2.5)
     for label in labels:
         series = results.series(label)
         ax.plot([e[x] for e in series], [e[y] for e in series], label=label, **style(label))
@@ -54,7 +62,11 @@ def plot_series(results, path, x, y, serial_label, only=None, **axes):
         ax.axhline(results.serial[y], color="k", label=serial_label.format(results.serial[y]))
     log2_axis(ax, [e[x] for l in labels for e in results.series(l)])
     ax.set(**axes)
-    ax.legend(fontsize=7, ncol=2)
+    if axes.get("yscale") == "log":  # ticks 1, 2, 5, 10, ... rather than bare powers of ten
+        from matplotlib import ticker
+        ax.yaxis.set(major_locator=ticker.LogLocator(subs=(1, 2, 5)),
+                     major_formatter=ticker.StrMethodFormatter("{x:g}"))
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
     save(fig, path)
 
 
@@ -77,7 +89,7 @@ def plot_accuracy(results, path):
 
 def plot_speedup(results, path):
     """Measured speed-ups (points) against the model's one-core-per-process prediction (lines), per scaling."""
-    fig, axes = pyplot().subplots(1, 2, figsize=(12, 5), sharey=True)
+    fig, axes = figure(3.2, 2, sharey=True)
     speed = results.model.predictions(results.shared_evaluation()) if results.model.ready else {}
     colour = lambda label: "C2" if "factors" in label else "C1" if "mpi" in label.lower() else "C0"  # noqa
     for ax, scaling in zip(axes, ("strong", "weak")):
@@ -92,7 +104,7 @@ def plot_speedup(results, path):
         ax.axhline(1, color="k", linewidth=1)
         log2_axis(ax, PREDICTED)
         ax.set(yscale="log", xlabel="processes P", title=f"{scaling} scaling", ylabel="speed-up over serial")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=6)
     save(fig, path)
 
 
@@ -101,7 +113,7 @@ def plot_allreduce(results, path):
     counts = sorted({row["processes"] for row in results.allreduce})
     if not counts:
         return empty_plot(path, "no allreduce_test.py results")
-    fig, axes = pyplot().subplots(1, len(counts), figsize=(4.5 * len(counts), 4.2), squeeze=False, sharey=True)
+    fig, axes = figure(2.3, len(counts), squeeze=False, sharey=True)
     for ax, p in zip(axes[0], counts):
         rows = sorted((r for r in results.allreduce if r["processes"] == p), key=lambda r: r["size"])
         sizes = [r["size"] for r in rows]
@@ -109,10 +121,10 @@ def plot_allreduce(results, path):
             ax.plot(sizes, [1e3 * r[f"{name}_s"] for r in rows], "o", color=f"C{index}", label=f"{name} measured")
             if name in results.fits:
                 ax.plot(sizes, [1e3 * exchange_time(results.fits, name, p, n) for n in sizes], color=f"C{index}")
-        crowded = " (more processes than cores)" if p > results.cores else ""
+        crowded = " (more than the cores)" if p > results.cores else ""
         ax.set(xscale="log", yscale="log", xlabel="elements", title=f"P = {p}{crowded}")
-    axes[0][0].set_ylabel("ms per allreduce (lines: alpha-beta fit)")
-    axes[0][0].legend(fontsize=7)
+    axes[0][0].set_ylabel("ms per allreduce\n(lines: alpha-beta fit)")
+    axes[0][0].legend()
     save(fig, path)
 
 
