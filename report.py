@@ -1,13 +1,14 @@
-"""Run the course's experiments and write results/*.csv, PNG plots and results/REPORT.md.
+"""Run the course's experiments and write results/*.csv, the plots, results/REPORT.md and results/hw3.pdf.
 
 Usage:
     python3 report.py                      # the whole matrix, 5 epochs: about 6 minutes on 2 cores
     python3 report.py --repeats 3          # each configuration 3 times, tables of medians: about 17 minutes
     python3 report.py --quick              # tiny settings, P <= 4, into results/quick/ (under a minute)
-    python3 report.py --report-only        # refit the model, redraw the plots and REPORT.md from --out's CSVs
+    python3 report.py --report-only        # refit the model, redraw the plots, REPORT.md and hw3.pdf from --out's CSVs
 
 In order: a micro-benchmark of the compute term in this process; the matrix (reporting/runs.py) under this
-Python's mpiexec, one BLAS thread per process; one traced epoch of a few runs. See docs/model.md.
+Python's mpiexec, one BLAS thread per process; one traced epoch of a few runs. See docs/model.md. hw3.pdf is the
+course's report (at most 5 pages, typeset by Typst from reporting/hw3.typ.j2); REPORT.md is its long companion.
 """
 import os
 
@@ -142,7 +143,7 @@ def parse_args(argv=None):
     add("--data-dir", help="MNIST-format data folder passed to main.py (default: the bundled MNIST)")
     add("--timeout", type=int, help="seconds before a run counts as hung and is killed (default 2400)")
     add("--out", help="output folder (default results/, with --quick results/quick/)")
-    add("--report-only", action="store_true", help="run nothing: plots and REPORT.md from --out's CSVs")
+    add("--report-only", action="store_true", help="run nothing: plots, REPORT.md and hw3.pdf from --out's CSVs")
     add("--mpiexec-args", type=shlex.split, default=[], metavar="'ARGS'",
         help="options for every mpiexec, e.g. '-bind-to core' (MPICH) or '--bind-to core' (Open MPI): one core "
              "per rank on a machine with enough cores (docs/model.md)")
@@ -170,7 +171,7 @@ def main(argv=None):
     results = Results(options.out)
     draw_plots(results, options.out)
     write_report(results, options.out)
-    print(f"wrote {os.path.join(options.out, 'REPORT.md')}, the CSVs and {len(PLOTS)} plots", file=sys.stderr)
+    print(f"wrote {os.path.join(options.out, 'REPORT.md')}, hw3.pdf, the CSVs and {len(PLOTS)} plots", file=sys.stderr)
 
 
 if __name__ == "__main__":

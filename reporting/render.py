@@ -1,4 +1,5 @@
-"""REPORT.md: one dictionary of computed figures rendered into REPORT.md.j2 by Jinja2.
+"""REPORT.md and hw3.pdf: one dictionary of computed figures rendered by Jinja2 into REPORT.md.j2 and into
+hw3.typ.j2, the Typst source of the course's five-page report.
 
 The functions here compute figures and the comparisons the text turns on (booleans: faster or slower,
 diverged or not); the template holds every word and every table, and chooses between two phrasings with the
@@ -12,6 +13,9 @@ import re
 import statistics
 
 import jinja2
+import markupsafe
+import pypdf
+import typst
 
 from reporting.model import FORMS, PREDICTED, SERIES, exchange_time, fit_rows
 
@@ -45,7 +49,8 @@ FILTERS = {"sec": number("{:.2f} s"), "ms": number("{:.3g} ms", 1e3), "pct": num
            "points": number("{:+.2f}"), "us": number("{:.1f}", 1e6), "ns": number("{:.3f}", 1e9),
            "MB": number("{:.2f} MB", 1e-6), "kB": number("{:,.0f}", 1e-3), "GB": number("{:.2f} GB", 1e-9),
            "signed_sec": number("{:+.2f} s"), "minutes": number("{:.1f} min", 1 / 60),
-           "choose": choose}
+           "choose": choose,  # and for hw3.typ.j2, a run's console output as a Typst string literal:
+           "string": lambda text: markupsafe.Markup('"{}"'.format(text.replace("\\", "\\\\").replace('"', '\\"')))}
 
 
 def error(model, measured):
@@ -202,6 +207,7 @@ def allreduce(r, f):
     f["allreduce_rows"] = [dict(x, ratio=x["naive_s"] / x["ring_s"], naive_total=x["naive_sent"] * x["processes"],
                                 errors=[error(model(x, n), x[f"{n}_s"]) for n in ("naive", "ring", "mpi")])
                            for x in sorted(r.allreduce, key=lambda x: (x["processes"], x["size"]))]
+    f["ring_best"] = max(f["allreduce_rows"], key=lambda x: x["ratio"], default=None)
     f["ring_crossover"] = [(p, crossover(r, p)) for p in sorted({x["processes"] for x in r.allreduce})]
     sent = lambda name, p: 8 * FORMS[name](p)[1] * r.model.parameters  # noqa: E731 - bytes per process and step
     f["gradient_sent"] = [(p, sent("naive", p), sent("ring", p)) for p in r.settings["processes"]]
@@ -224,6 +230,14 @@ def consoles(r, f):
     f.update(console_sync=quoted([("serial", 1)] + runs(r.series("sync ring strong"))),
              console_async=quoted(runs(e for e in r.entries("async") if "plain" not in e["label"])),
              console_allreduce=quoted([("allreduce_test", p) for p in sorted({x["processes"] for x in r.allreduce})]))
+    f["allreduce_excerpts"] = [timing_rows(text) for text in f["console_allreduce"]]
+
+
+def timing_rows(text):
+    """allreduce_test.py's console condensed: its command, and its timing table's header and course-size rows."""
+    lines = text.splitlines()
+    table = lines[:lines.index("")] if "" in lines else lines
+    return "\n".join(x for x in table if x.startswith("$") or " elements " in x or any(n in x for n in COURSE_SIZES))
 
 
 def split(r, f):
@@ -276,6 +290,9 @@ def weak_rules(r, f):
 GROUPS = [header, model_terms, model_table, predictions, runs, scaling, async_compare, tradeoff, allreduce, consoles,
           split, weak_rules]
 QUESTIONS = 13  # the course's report questions, answered as sections 1-13 in its order
+MAX_PAGES = 5  # the course's limit on hw3.pdf
+COURSE_SIZES = ("(2^12)", "(2^15)", "(2^18)", "(2^21)")  # the array sizes the course's allreduce_test.py times
+MARKUP = re.compile(r"([\\#$*_@<>\[\]`~=/+'\"-])")  # Typst's markup characters: escaped in text from the data
 
 
 def figures(results):
@@ -290,23 +307,38 @@ def figures(results):
     return f, missing
 
 
-def render(results):
-    """REPORT.md's text."""
-    f, missing = figures(results)
+def render(results, pdf=False, computed=None):
+    """REPORT.md's text, or with `pdf` hw3.pdf's Typst source; both from one `computed` = figures(results)."""
+    f, missing = computed or figures(results)
     environment = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.dirname(os.path.abspath(__file__))),
-                                     undefined=Dash, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+                                     undefined=Dash, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                                     finalize=typst_text if pdf else None)
     environment.filters.update(FILTERS, over=starred(results.cores))
-    return check_questions(environment.get_template("REPORT.md.j2").render(f, missing=missing))
+    text = environment.get_template("hw3.typ.j2" if pdf else "REPORT.md.j2").render(f, missing=missing)
+    return check_questions(text, "=" if pdf else "##")
 
 
-def check_questions(text):
+def check_questions(text, heading="##"):
     """`text` if its numbered sections are the course's questions 1-13, once each and in order; else ValueError."""
-    numbers = [int(n) for n in re.findall(r"^## (\d+)\. ", text, flags=re.MULTILINE)]
+    numbers = [int(n) for n in re.findall(rf"^{heading} (\d+)\. ", text, flags=re.MULTILINE)]
     if numbers != list(range(1, QUESTIONS + 1)):
-        raise ValueError(f"REPORT.md must answer questions 1-{QUESTIONS} once each, in order; its sections: {numbers}")
+        raise ValueError(f"the report must answer questions 1-{QUESTIONS} once each, in order; its sections: {numbers}")
     return text
 
 
+def typst_text(value):
+    """A value from the data as Typst text, its markup characters escaped; Typst source (Markup) as it is."""
+    return value if isinstance(value, markupsafe.Markup) else MARKUP.sub(r"\\\1", str(value))
+
+
 def write_report(results, out):
+    """REPORT.md and hw3.pdf (figures from draw_plots in `out`); SystemExit if the PDF passes MAX_PAGES pages."""
+    computed = figures(results)
     with open(os.path.join(out, "REPORT.md"), "w") as target:
-        target.write(render(results))
+        target.write(render(results, computed=computed))
+    path = os.path.join(out, "hw3.pdf")
+    typst.compile(render(results, True, computed).encode(), output=path, root=out, ignore_system_fonts=True)
+    pages = len(pypdf.PdfReader(path).pages)
+    if pages > MAX_PAGES:  # written all the same, to show what overflows; never cut or shrunk to fit
+        raise SystemExit(f"report.py: error: {path} has {pages} pages, more than the course's {MAX_PAGES}: "
+                         "shorten reporting/hw3.typ.j2 or the runs it lists")

@@ -1,4 +1,5 @@
-"""report.py end to end: the quick matrix writes the CSVs, the plots and a REPORT.md answering questions 1-13."""
+"""report.py end to end: the quick matrix writes the CSVs, the plots, a REPORT.md answering questions 1-13 and
+hw3.pdf."""
 import csv
 import json
 import re
@@ -7,6 +8,7 @@ import report
 from conftest import run_python, write_mnist_like
 from reporting.plots import PLOTS
 from reporting.runs import experiment_matrix, main_command
+from test_report_pdf import check_pdf
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 QUICK_TIMEOUT = 300  # seconds; the quick matrix takes about a minute on 2 idle cores
@@ -14,10 +16,12 @@ PROSE_WORDS = 2500  # the issue's limit on prose outside tables and code
 
 
 def check_outputs(out):
-    """Every plot is a PNG, REPORT.md has sections 1-13 once each, in order, and no unfilled placeholder -> its text."""
+    """Every plot is a PNG and an SVG, REPORT.md has sections 1-13 once each, in order, and no unfilled placeholder
+    -> its text."""
     for name in PLOTS:
         data = (out / name).read_bytes()
         assert len(data) > 1000 and data.startswith(PNG_SIGNATURE), name
+        assert b"<svg" in (out / name).with_suffix(".svg").read_bytes()[:1000], name
     text = (out / "REPORT.md").read_text()
     assert [int(n) for n in re.findall(r"^## (\d+)\. ", text, flags=re.MULTILINE)] == list(range(1, 14))
     assert "{{" not in text and "{%" not in text and "Undefined" not in text, "template syntax left in the text"
@@ -64,6 +68,10 @@ def test_quick_run_writes_csvs_plots_and_every_answer(tmp_path):
     assert prose_words(text) <= PROSE_WORDS
     for stem, trace in info["traces"].items():  # a picture where one was drawn, none where it was not
         assert (f"]({trace['png']})" in text) == bool(trace["png"]), stem
+    pdf = check_pdf(out)  # console excerpts in 3, 6 and 11, copied from the runs' records
+    for command in ("$ python3 main.py serial ", "$ mpiexec -n 2 python3 main.py sync --allreduce ring",
+                    "$ mpiexec -n 3 python3 main.py async 2 ", "$ mpiexec -n 4 python3 allreduce_test.py --sizes"):
+        assert command in pdf, command
 
 
 def test_report_only_lists_failed_runs_and_works_without_model_inputs(tmp_path):

@@ -1,0 +1,64 @@
+"""hw3.pdf: the course's report in at most five A4 pages, typeset by Typst from the same figures as REPORT.md."""
+import csv
+import re
+import statistics
+
+import pypdf
+
+from conftest import run_python
+from reporting.plots import draw_plots
+from reporting.render import MAX_PAGES, write_report
+from test_report_claims import fake_results, matrix, sync_row
+
+ODD = "CPU #1 *fast* $5 _x_ @y <z> [w] `v` \\u ~t = - + / 'q' \"d\""  # Typst's markup characters, all of them
+
+
+def pdf_facts(path):
+    """(pages, its text with whitespace collapsed, its headings) of a PDF, read back with pypdf; quotes straight."""
+    reader = pypdf.PdfReader(path)
+    text = " ".join(" ".join(page.extract_text() for page in reader.pages).split())
+    straight = lambda s: s.replace("\u2019", "'").replace("\u201c", '"').replace("\u201d", '"')  # noqa: E731
+    return len(reader.pages), straight(text), [straight(item.title) for item in reader.outline]
+
+
+def check_pdf(out):
+    """hw3.pdf has at most five pages, questions 1-13 as headings in order, and serial's time and accuracy as the
+    medians of runs.csv's serial runs -> its text."""
+    pages, text, headings = pdf_facts(out / "hw3.pdf")
+    assert 1 <= pages <= MAX_PAGES
+    assert [int(h.split(".")[0]) for h in headings] == list(range(1, 14)), headings
+    places = [text.find(" ".join(h.split())) for h in headings]
+    assert -1 not in places and places == sorted(places), headings
+    with open(out / "runs.csv", newline="") as f:
+        serial = [row for row in csv.DictReader(f) if row["mode"] == "serial" and row["status"] == "ok"]
+    time, accuracy = (statistics.median(float(row[key]) for row in serial) for key in ("time", "test_accuracy"))
+    assert f"Serial trained in {time:.2f} s to {accuracy:.2f} % test accuracy" in text
+    return text
+
+
+def test_pdf_from_synthetic_results_quotes_data_verbatim(tmp_path):
+    """Text from the data (a CPU's name, a run's console output) reaches the PDF as it is: markup escaped."""
+    out = tmp_path / "out"
+    results = fake_results(out, matrix())
+    results.machine["cpu"] = ODD
+    (out / "records").mkdir()
+    (out / "records" / "serial_P1_r0.txt").write_text(f"$ python3 main.py serial\n{ODD}\nTime serial: 2.00\n")
+    (out / "records" / "allreduce_test_P2_r0.txt").write_text(
+        "$ mpiexec -n 2 python3 allreduce_test.py\n elements naive ms\n 4,096 (2^12) 0.1\n 8,192 (2^13) 0.2\n\nmore\n")
+    draw_plots(results, str(out))
+    write_report(results, str(out))
+    text = check_pdf(out)
+    assert text.count(ODD) == 2  # the header's machine and the console excerpt of question 3
+    assert "4,096 (2^12) 0.1" in text and "(2^13)" not in text and "0.1 more" not in text  # the course's sizes
+
+
+def test_report_stops_naming_the_page_count_when_the_pdf_cannot_fit(tmp_path):
+    """Question 2's table lists every sync run: 300 process counts need more than five pages."""
+    out = tmp_path / "out"
+    runs = matrix() + [sync_row("sync ring strong", p, 1.0 + p) for p in range(5, 305)]
+    fake_results(out, runs)
+    result = run_python("report.py", "--report-only", "--out", out, timeout=120)
+    assert result.returncode != 0
+    pages = int(re.search(r"hw3\.pdf has (\d+) pages, more than the course's 5", result.stderr).group(1))
+    assert pages == pdf_facts(out / "hw3.pdf")[0] > MAX_PAGES
+    assert (out / "REPORT.md").exists()
