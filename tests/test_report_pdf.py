@@ -4,11 +4,12 @@ import re
 import statistics
 
 import pypdf
+import pytest
 
 from conftest import run_python
 from reporting.plots import draw_plots
-from reporting.render import MAX_PAGES, write_report
-from test_report_claims import fake_results, matrix, sync_row
+from reporting.render import MAX_PAGES, render, write_report
+from test_report_claims import fake_results, matrix
 
 ODD = "CPU #1 *fast* $5 _x_ @y <z> [w] `v` \\u ~t = - + / 'q' \"d\""  # Typst's markup characters, all of them
 
@@ -53,12 +54,28 @@ def test_pdf_from_synthetic_results_quotes_data_verbatim(tmp_path):
 
 
 def test_report_stops_naming_the_page_count_when_the_pdf_cannot_fit(tmp_path):
-    """Question 2's table lists every sync run: 300 process counts need more than five pages."""
+    """Question 3 quotes the serial run's console output whole: 300 epochs of it need more than five pages."""
     out = tmp_path / "out"
-    runs = matrix() + [sync_row("sync ring strong", p, 1.0 + p) for p in range(5, 305)]
-    fake_results(out, runs)
+    fake_results(out, matrix())
+    (out / "records").mkdir()
+    epochs = "".join(f"Epoch {n}, accuracy 91.00 %.\n" for n in range(1, 301))
+    (out / "records" / "serial_P1_r0.txt").write_text(f"$ python3 main.py serial --epochs 300\n{epochs}")
     result = run_python("report.py", "--report-only", "--out", out, timeout=120)
     assert result.returncode != 0
     pages = int(re.search(r"hw3\.pdf has (\d+) pages, more than the course's 5", result.stderr).group(1))
     assert pages == pdf_facts(out / "hw3.pdf")[0] > MAX_PAGES
     assert (out / "REPORT.md").exists()
+
+
+@pytest.mark.parametrize("settings, phrase", [
+    (dict(sync_time=2.5), "took 2.50 s against serial's 2.00 s: *slower than serial*"),
+    (dict(sync_time=1.5, weak_time=1.0), "took 1.50 s against serial's 2.00 s: *faster than serial*"),
+    (dict(weak_time=1.0), "*Gustafson's view fits these runs better*"),
+    (dict(weak_time=3.0), "*Amdahl's view fits these runs better*"),
+    (dict(async_time=3.0), "async was *faster* (3.00 s against 10.00 s)"),
+    (dict(async_time=12.0), "async was *slower* (12.00 s against 10.00 s)"),
+    (dict(plain_accuracy=9.58), "Here plain asynchronous SGD *diverged*; the default *did not diverge*"),
+    (dict(plain_accuracy=91.0), "Here plain asynchronous SGD *did not diverge*; the default *did not diverge*")])
+def test_the_pdf_says_what_the_numbers_say(tmp_path, settings, phrase):
+    """The PDF's claims turn on the same comparisons as REPORT.md's: synthetic results on both sides of each."""
+    assert phrase in " ".join(render(fake_results(tmp_path / "out", matrix(**settings)), pdf=True).split())
