@@ -101,6 +101,7 @@ class Optimizer:
         self.layer_slices = layer_slices
         self.warmup_steps = warmup_steps
         self.velocity = np.zeros(size, dtype=dtype) if rule.momentum else None
+        self.layer_velocities = [self.velocity[layer] if rule.momentum else None for layer in layer_slices]
         self.updates = 0
 
     def warmup_factor(self):
@@ -116,25 +117,24 @@ class Optimizer:
             return 1.0
         return min(1.0, self.rule.lars * math.sqrt(np.dot(w, w)) / g_norm)
 
-    def scale_step(self, params, step):
-        """step *= warm-up factor * trust ratio, per layer, in place (skipped where the factor is 1)."""
-        warm = self.warmup_factor()
-        if self.rule.lars is None:
-            if warm != 1.0:
-                step *= warm
-            return
-        for layer in self.layer_slices:
-            factor = warm * self.trust_ratio(params[layer], step[layer])
-            if factor != 1.0:
-                step[layer] *= factor
-
     def apply(self, params, step):
-        """params -= the step (step: G, a scratch buffer this modifies), with momentum if any."""
-        self.scale_step(params, step)
-        if self.velocity is None:
-            params -= step
-        else:
-            self.velocity *= self.rule.momentum
-            self.velocity += step
-            params -= self.velocity
+        """params -= the step (step: G, a scratch buffer this modifies), with momentum if any.
+
+        Layer by layer, while the layer's slices are still in cache: the trust ratio's two dots (read
+        only), then step *= warm-up factor * trust ratio (skipped when 1), velocity = beta * velocity
+        + step (two passes: numpy has no fused multiply-add) and params -= velocity. Element by element
+        the same arithmetic as whole-buffer passes, so the same bits.
+        """
+        warm = self.warmup_factor()
+        for layer, velocity in zip(self.layer_slices, self.layer_velocities):
+            w, g = params[layer], step[layer]
+            factor = warm if self.rule.lars is None else warm * self.trust_ratio(w, g)
+            if factor != 1.0:
+                g *= factor
+            if velocity is None:
+                w -= g
+            else:
+                velocity *= self.rule.momentum
+                velocity += g
+                w -= velocity
         self.updates += 1
