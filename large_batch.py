@@ -101,6 +101,7 @@ class Optimizer:
         self.layer_slices = layer_slices
         self.warmup_steps = warmup_steps
         self.velocity = np.zeros(size, dtype=dtype) if rule.momentum else None
+        self.layer_velocities = [self.velocity[layer] if rule.momentum else None for layer in layer_slices]
         self.updates = 0
 
     def warmup_factor(self):
@@ -116,25 +117,25 @@ class Optimizer:
             return 1.0
         return min(1.0, self.rule.lars * math.sqrt(np.dot(w, w)) / g_norm)
 
-    def scale_step(self, params, step):
-        """step *= warm-up factor * trust ratio, per layer, in place (skipped where the factor is 1)."""
-        warm = self.warmup_factor()
-        if self.rule.lars is None:
-            if warm != 1.0:
-                step *= warm
-            return
-        for layer in self.layer_slices:
-            factor = warm * self.trust_ratio(params[layer], step[layer])
-            if factor != 1.0:
-                step[layer] *= factor
-
     def apply(self, params, step):
-        """params -= the step (step: G, a scratch buffer this modifies), with momentum if any."""
-        self.scale_step(params, step)
-        if self.velocity is None:
-            params -= step
-        else:
-            self.velocity *= self.rule.momentum
-            self.velocity += step
-            params -= self.velocity
+        """params -= the step (step: G, a scratch buffer this modifies), with momentum if any.
+
+        Per layer: the trust ratio's two dots (read only), step *= warm-up factor * trust ratio (one
+        multiply, skipped when 1), velocity = beta * velocity + step (two passes: numpy has no fused
+        multiply-add) and params -= velocity; numpy's fewest passes for this arithmetic (docs/sync.md).
+        Element by element the same arithmetic as whole-buffer passes, so the same bits and, measured
+        (bench/update.py), the same time.
+        """
+        warm = self.warmup_factor()
+        for layer, velocity in zip(self.layer_slices, self.layer_velocities):
+            w, g = params[layer], step[layer]
+            factor = warm if self.rule.lars is None else warm * self.trust_ratio(w, g)
+            if factor != 1.0:
+                g *= factor
+            if velocity is None:
+                w -= g
+            else:
+                velocity *= self.rule.momentum
+                velocity += g
+                w -= velocity
         self.updates += 1

@@ -116,7 +116,7 @@ def parse_args(argv=None):
     sync.add_argument("--scaling", choices=["strong", "weak"], default="strong",
                       help="strong: split each mini-batch over the ranks (Amdahl); weak: a whole "
                            "mini-batch per rank, fewer steps per epoch (Gustafson) (default strong)")
-    sync.add_argument("--exchange", choices=["gradients", "factors", "auto"], default="gradients",
+    sync.add_argument("--exchange", choices=["gradients", "factors", "auto"], default=None,
                       help=EXCHANGE_HELP)
     add_wait_argument(sync)
     add_large_batch_arguments(sync, default=None)
@@ -135,7 +135,8 @@ EXCHANGE_HELP = (
     "where the BLAS sums a row alike whatever the row count, see docs/sync-factors.md); "
     "the message grows with the samples per step, so factors are smaller only below about 93 "
     "samples per step (global batch: --batch-size, times the processes with --scaling weak). "
-    "auto: whichever message has fewer elements (default gradients)")
+    "auto: whichever message has fewer elements (default: auto with --scaling weak, where it was "
+    "the faster at P = 2 and 4, docs/sync.md; else gradients)")
 
 
 def warmup_length(text):
@@ -243,10 +244,15 @@ def build_network(args, seed):
     raise NotImplementedError(f"mode {args.mode} is not available yet")
 
 
+def exchange_setting(args):
+    """--exchange, or its default: auto under weak scaling (the faster there, docs/sync.md), else gradients."""
+    return args.exchange or ("auto" if args.scaling == "weak" else "gradients")
+
+
 def build_sync_network(args, settings):
     """SynchronicNeuralNetwork over the allreduce the user chose (ring, naive or MPI's)."""
     settings.update(scaling=args.scaling, wait=args.wait, stall_timeout=args.stall_timeout,
-                    exchange=args.exchange, **large_batch_settings(args))
+                    exchange=exchange_setting(args), **large_batch_settings(args))
     if args.allreduce == "mpi":
         from sync_network_collective import SynchronicNeuralNetwork
         return SynchronicNeuralNetwork(**settings)

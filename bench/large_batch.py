@@ -12,7 +12,8 @@ rule: GROWTH "capped" (step lr*min(1, 2/P), the `off` rule's) or "linear" (lr), 
 fraction of the run's below 1), MOMENTUM (beta), LARS (trust-ratio eta, 0 = off). Default experiment
 otherwise: layers 784,128,64,10, lr 0.1, 5 epochs, test accuracy on the 10,000 test images.
 
---mpi RULES confirms with the real thing: `mpiexec -n P main.py sync --scaling weak --large-batch RULE`
+--mpi RULES confirms with the real thing: `mpiexec -n P main.py sync --scaling weak --exchange gradients
+--large-batch RULE`
 for each P, seed and rule (rules interleaved, so each meets the same background load), and reports
 test accuracy, time and rank 0's update time per step (update_time / steps: the elementwise work).
 """
@@ -68,7 +69,7 @@ def run_mpi(processes, seed, rule):
     with tempfile.TemporaryDirectory() as folder:
         record = os.path.join(folder, "run.json")
         command = [mpiexec_command(), "-n", str(processes), sys.executable, "main.py", "sync", "--scaling",
-                   "weak", "--large-batch", rule, "--seed", str(seed), "--json", record]
+                   "weak", "--exchange", "gradients", "--large-batch", rule, "--seed", str(seed), "--json", record]
         subprocess.run(command, cwd=PROJECT_DIR, check=True, stdout=subprocess.DEVNULL, timeout=600)
         with open(record) as f:
             return json.load(f)

@@ -1,6 +1,7 @@
 """Draw a trace of main.py --trace as a Gantt chart: one row per rank, a colour per span kind.
 
     python3 bench/timeline.py TRACE.json -o timeline.png [--steps A:B]
+    python3 bench/timeline.py TRACE.json --totals       (per rank and span kind: count, total, mean)
 
 --steps A:B draws from the start of step A to the start of step B (0-based, B excluded), where
 the steps are rank 0's `forward` spans (serial, sync: one per training step) or, when rank 0 has
@@ -16,7 +17,7 @@ import json
 import os
 import sys
 
-__all__ = ["load_spans", "load_flows", "step_window", "draw"]
+__all__ = ["load_spans", "load_flows", "step_window", "draw", "totals"]
 
 STEP_SPANS = ("forward", "apply_gradient")
 HIDDEN = ("epoch",)  # enclosing spans that would cover the whole window in one colour
@@ -117,6 +118,16 @@ def draw_flows(ax, flows, ranks, window):
     return drawn
 
 
+def totals(tracks, spans):
+    """Print, per rank and span kind, how many spans, their total seconds and mean microseconds."""
+    sums = {}
+    for rank, name, start, end, _ in spans:
+        count, total = sums.get((rank, name), (0, 0.0))
+        sums[rank, name] = (count + 1, total + end - start)
+    for (rank, name), (count, total) in sorted(sums.items()):
+        print(f"{tracks[rank]:8s} {name:16s} {count:6d} spans {total / 1e6:8.3f} s {total / count:9.1f} us each")
+
+
 def steps_argument(text):
     """'A:B' -> (A, B) with 0 <= A < B."""
     try:
@@ -131,16 +142,23 @@ def steps_argument(text):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("trace", help="a trace written by main.py --trace")
-    parser.add_argument("-o", "--output", required=True, help="the PNG to write")
+    parser.add_argument("-o", "--output", help="the PNG to write")
+    parser.add_argument("--totals", action="store_true", help="print each rank's time per span kind")
     parser.add_argument("--steps", type=steps_argument, help="A:B, rank 0's steps A to B (B excluded)")
     parser.add_argument("--title", help="the chart's title (default: the trace's file name and window)")
     args = parser.parse_args()
+    if not (args.output or args.totals):
+        parser.error("give -o PNG, --totals, or both")
     try:
         tracks, spans = load_spans(args.trace)
     except (OSError, ValueError, KeyError) as error:
         sys.exit(f"timeline.py: {args.trace}: not a readable trace: {error}")
     if not spans:
         sys.exit(f"timeline.py: {args.trace}: no spans")
+    if args.totals:
+        totals(tracks, spans)
+    if not args.output:
+        return
     window = step_window(spans, args.steps)
     steps = f", steps {args.steps[0]}:{args.steps[1]}" if args.steps else ""
     draw(tracks, spans, window, args.output, args.title or f"{os.path.basename(args.trace)}{steps}",

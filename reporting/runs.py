@@ -100,7 +100,7 @@ def main_command(experiment, options, seed, record, extra=()):
         return [sys.executable, "main.py", "serial", *map(str, arguments)]
     if experiment.mode == "sync":
         mode = ["sync", "--allreduce", experiment.allreduce, "--scaling", experiment.scaling]
-        mode += ["--exchange", experiment.exchange] if experiment.exchange == "factors" else []
+        mode += ["--exchange", experiment.exchange]  # explicit: weak scaling's own default is auto
         mode += ["--large-batch", experiment.rule] if experiment.rule else []
     else:
         mode = ["async", str(experiment.masters), *ASYNC_VARIANTS[experiment.async_variant]]

@@ -41,3 +41,11 @@ def test_bad_input_gives_one_line_and_exit_code_2(args, message):
     assert result.returncode == 2
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize("args, exchange", [(["sync"], "gradients"), (["sync", "--scaling", "weak"], "auto"),
+                                            (["sync", "--scaling", "weak", "--exchange", "gradients"], "gradients"),
+                                            (["sync", "--exchange", "factors"], "factors")])
+def test_exchange_default_is_auto_under_weak_scaling_only(args, exchange):
+    import main
+    assert main.exchange_setting(main.parse_args(args)) == exchange

@@ -167,12 +167,14 @@ def test_main_sync_factors_prints_serial_accuracies_and_saves_serial_parameters(
 
 def test_main_sync_factors_weak_scaling_is_serial_on_the_larger_batch(tmp_path):
     """Weak scaling at P = 2: the serial network on 32-sample batches, half the steps (lr x 1), under
-    weak scaling's default rule (large_batch.WEAK_PRESET) on both."""
+    weak scaling's default rule (large_batch.WEAK_PRESET) on both; its default exchange picks factors."""
     serial = run_python("main.py", "serial", "--epochs", "1", "--batches", "15", "--batch-size", "32",
                         "--seed", "6", "--large-batch", WEAK_PRESET, "--save", tmp_path / "serial.npz")
-    sync = run_mpi(2, "main.py", "sync", "--exchange", "factors", "--scaling", "weak", "--epochs", "1",
-                   "--batches", "30", "--seed", "6", "--save", tmp_path / "sync.npz")
+    sync = run_mpi(2, "main.py", "sync", "--scaling", "weak", "--epochs", "1", "--batches", "30", "--seed", "6",
+                   "--save", tmp_path / "sync.npz", "--json", tmp_path / "sync.json")
     assert run_lines(sync) == run_lines(serial)
+    statistics = json.loads((tmp_path / "sync.json").read_text())["statistics"]
+    assert statistics["exchange"] == "factors"  # weak scaling's default, auto: 32 x 1,178 < 109,386
     assert_same_parameters(np.load(tmp_path / "sync.npz")["params"],
                            np.load(tmp_path / "serial.npz")["params"],
                            rows_independent("784,128,64,10", 32, 2))

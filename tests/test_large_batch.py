@@ -1,12 +1,13 @@
 """Large-batch rules (warm-up, momentum, LARS): the maths by hand, ranks bit-identical, sync equals
 serial, resume with momentum, and bad options rejected with one line."""
 import json
+import math
 
 import numpy as np
 import pytest
 
 from conftest import run_mpi, run_python, synthetic_digits, write_mnist_like
-from large_batch import PRESETS, WEAK_PRESET, large_batch_rule
+from large_batch import PRESETS, WEAK_PRESET, Optimizer, large_batch_rule
 from network import NeuralNetwork
 
 SIZES = [6, 5, 4, 3]
@@ -50,6 +51,49 @@ def test_each_rule_is_the_maths_it_claims(options):
     np.testing.assert_allclose(network.params, expected, rtol=1e-12, atol=1e-14)
     plain = by_hand(2.0, steps)
     assert np.max(np.abs(network.params - plain)) > 1e-3, "the rule changed nothing"
+
+
+def whole_buffer_update(optimizer, params, step):
+    """The update as it was before issue 26, kept as the reference: the step scaled layer by layer,
+    then three passes over the whole buffer."""
+    warm = optimizer.warmup_factor()
+    for layer in optimizer.layer_slices:
+        factor = warm
+        if optimizer.rule.lars is not None:
+            g, w = step[layer], params[layer]
+            g_norm = math.sqrt(np.dot(g, g))
+            factor *= 1.0 if g_norm == 0 else min(1.0, optimizer.rule.lars * math.sqrt(np.dot(w, w)) / g_norm)
+        if factor != 1.0:
+            step[layer] *= factor
+    if optimizer.velocity is None:
+        params -= step
+    else:
+        optimizer.velocity *= optimizer.rule.momentum
+        optimizer.velocity += step
+        params -= optimizer.velocity
+    optimizer.updates += 1
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("options", [dict(), dict(momentum=0), dict(lars=0), dict(warmup=0),
+                                     dict(warmup=0, momentum=0)])
+def test_layer_by_layer_update_keeps_the_bits(dtype, options):
+    """Optimizer.apply gives the same bits as the whole-buffer reference, warm-up to the end."""
+    network = NeuralNetwork([784, 128, 64, 10], seed=1, dtype=dtype)
+    rule = large_batch_rule(WEAK_PRESET, **options)
+    new, old = (Optimizer(rule, network.layer_slices(), network.params.size, network.dtype, 5)
+                for _ in range(2))
+    params = {"new": network.params.copy(), "old": network.params.copy()}
+    rng = np.random.default_rng(3)
+    for t in range(12):
+        step = (rng.standard_normal(network.params.size) * 10.0 ** -(t % 4)).astype(dtype)
+        if t == 7:
+            step[network.layer_slices()[1]] = 0  # a layer with a zero step: trust ratio 1
+        new.apply(params["new"], step.copy())
+        whole_buffer_update(old, params["old"], step.copy())
+        assert params["new"].tobytes() == params["old"].tobytes(), f"step {t}"
+    if rule.momentum:
+        assert new.velocity.tobytes() == old.velocity.tobytes()
 
 
 def test_off_is_plain_sgd_bit_for_bit():

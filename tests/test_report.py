@@ -95,6 +95,8 @@ def test_matrix_includes_factor_runs_and_the_async_variants():
     command = main_command(factors[0], options, 1, "r.json")
     assert command[command.index("main.py") + 1:][:7] == ["sync", "--allreduce", "ring", "--scaling", "strong",
                                                          "--exchange", "factors"]
+    weak = next(e for e in matrix if e.scaling == "weak" and e.exchange == "gradients")
+    assert "--exchange gradients" in " ".join(main_command(weak, options, 1, "r.json"))  # not main.py's auto
     capped = [e for e in matrix if e.rule == "off"]
     assert [(e.label, e.processes) for e in capped] == [("sync ring weak capped", 2), ("sync ring weak capped", 4)]
     assert "--large-batch off" in " ".join(main_command(capped[0], options, 1, "r.json"))

@@ -316,3 +316,11 @@ def test_console_output_is_quoted_from_the_runs_own_files(tmp_path):
     assert "```text\n$ mpiexec -n 2 python3 main.py sync\nEpoch 1, accuracy 12.34 %.\n```" in section(3)
     assert "```text\n$ mpiexec -n 2 python3 allreduce_test.py\nsize 4096 naive True\n```" in section(11)
     assert "```text" not in section(6)  # no async run kept its output here
+
+
+@pytest.mark.parametrize("weak_time, verdict", [(1.0, "also ahead of"), (3.0, "not ahead of")])
+def test_the_rules_own_weak_run_is_compared_with_the_best_strong_run(tmp_path, weak_time, verdict):
+    """Both weak series take weak_time; strong P = 2 takes 2.5 s (0.80×): the rule's run is named either way."""
+    report = text(tmp_path, sync_time=2.5, weak_time=weak_time)
+    assert f"the best weak run reached {2.0 / weak_time:.2f}× (P = 2), {verdict} the best strong run;" in report
+    assert "took 0.1 ms against 0.0333 ms per step." in report  # 3 ms and 1 ms over 30 steps

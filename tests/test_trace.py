@@ -116,6 +116,13 @@ def test_timeline_draws_a_png(tmp_path, data, processes, mode):
         assert result.returncode == 0, result.stderr
         assert picture.read_bytes().startswith(b"\x89PNG") and picture.stat().st_size > 5000
         picture.unlink()
+    if mode == ["sync"]:  # --totals: one line per rank and span kind, the counts the trace holds
+        result = run_python("bench/timeline.py", tmp_path / "trace.json", "--totals")
+        assert result.returncode == 0, result.stderr
+        forward = [line.split() for line in result.stdout.splitlines() if " forward " in line]
+        assert [(f[0] + " " + f[1], int(f[3])) for f in forward] == [
+            ("rank 0", BATCHES * EPOCHS), ("rank 1", BATCHES * EPOCHS)], result.stdout
+        assert run_python("bench/timeline.py", tmp_path / "trace.json").returncode == 2
 
 
 def test_tracer_grows_and_keeps_arguments():
