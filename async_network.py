@@ -41,8 +41,9 @@ the same stale point overshoot, the sigmoid units saturate and never recover. Tw
   grant alike and cannot deadlock one another. s = 0: one worker at a time, each gradient
   computed on the current model, i.e. serial SGD.
 """
-__all__ = ["AsynchronicNeuralNetwork"]
+__all__ = ["AsynchronicNeuralNetwork"]  # the roles, ParameterServer and Worker, stay internal
 
+import collections
 import secrets
 import time
 
@@ -65,6 +66,8 @@ NO_TRAINING_DATA = (None, None)     # what a master's epochs get: it draws no sa
 
 DEFAULT_COMPENSATION = 4.0  # main.py repeats these defaults for its --help
 DEFAULT_MAX_STALENESS = 3
+DEFAULT_PIPELINE = 1        # see docs/async.md: depth 1 measured faster at equal accuracy
+PIPELINE_DEPTHS = (0, 1)
 
 LR_RULES = {  # factor on a worker's (learning-rate scaled) gradient, given its staleness
     "constant": lambda staleness, workers: 1.0,
@@ -85,13 +88,17 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
     stall_timeout: seconds one wait may last before the job is ended as stalled; 0 = never.
     shard: who owns which parameters, "balanced" (by parameter count) or "layers" (the course's
     whole layers, round robin).
+    pipeline: 0, a worker waits for the fresh parameters before its next gradient (the course's
+    algorithm); 1, it computes the next gradient on the copy it holds while the pull is in flight.
+    The master's part is a ParameterServer, the worker's a Worker (self.role); this class is the
+    course's facade over both.
     """
 
     def __init__(self, sizes=(), learning_rate=1.0, mini_batch_size=16, number_of_batches=16,
                  epochs=10, number_of_masters=1, matmul=np.matmul, seed=None, dtype=np.float64,
                  compensation=DEFAULT_COMPENSATION, max_staleness=DEFAULT_MAX_STALENESS,
                  lr_rule="constant", comm=None, wait="auto", stall_timeout=DEFAULT_STALL_TIMEOUT,
-                 shard="balanced"):
+                 shard="balanced", pipeline=DEFAULT_PIPELINE):
         self.comm = comm if comm is not None else start_mpi().COMM_WORLD
         self.rank, self.size = self.comm.rank, self.comm.size
         self.num_masters = int(number_of_masters)
@@ -106,6 +113,10 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
             raise ValueError(f"compensation must be >= 0, got {compensation}")
         if shard not in SHARDINGS:
             raise ValueError(f"shard must be one of {', '.join(SHARDINGS)}, got {shard!r}")
+        if pipeline not in PIPELINE_DEPTHS:
+            raise ValueError(f"pipeline must be 0 or 1, got {pipeline!r}")
+        if pipeline and max_staleness == 0:  # a pipelined gradient is always one update late
+            raise ValueError("max_staleness 0 (serial SGD) needs pipeline 0")
         seed = self.comm.bcast(seed if seed is not None else secrets.randbits(32), root=0)
         self.waiter = Waiter(self.comm, wait)
         self.stall_timeout = stall_timeout
@@ -116,22 +127,22 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
         self.is_master = self.rank < self.num_masters
         self.num_workers = self.size - self.num_masters
         self.compensation, self.max_staleness, self.lr_rule = compensation, max_staleness, lr_rule
-        self.shard = shard
+        self.shard, self.pipeline = shard, int(pipeline)
         self.segments = self.shard_segments()  # per master: the (lo, hi) ranges of params it owns
         self.shard_sizes = [sum(hi - lo for lo, hi in mine) for mine in self.segments]
         assert sum(self.shard_sizes) == self.params.size, "the shards must cover the buffer"
         self.owners = [m for m in range(self.num_masters) if self.shard_sizes[m] > 0]
         self.leader = self.owners[0]  # decides the pulls under bounded staleness
-        self.param_parts = self.shard_messages(self.params)  # per master: its shard, as one message
-        self.grad_parts = self.shard_messages(self.grads)
         self.quota = np.diff(even_bounds(self.number_of_batches, self.num_workers))  # per epoch
         self.active_workers = int(np.count_nonzero(self.quota))
         self.train_time = 0.0
         self.statistics_record = {}
         if self.is_master:
-            self._prepare_master()
+            self.role = ParameterServer(self)
         else:
-            self._prepare_worker()
+            self.worker = self.rank - self.num_masters
+            self.rng = self.worker_stream(self.rng)
+            self.role = Worker(self)
 
     # ------------------------------------------------------------------ who owns what
 
@@ -186,46 +197,6 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
                 messages.append(None)
         return messages
 
-    # ------------------------------------------------------------------ set-up
-
-    def _prepare_master(self):
-        """Buffers and bookkeeping of a master: its shard, a gradient and a reply buffer per worker."""
-        self.owns_parameters = self.shard_sizes[self.rank] > 0
-        self.packed = len(self.segments[self.rank]) > 1  # a copy of its ranges; else a view
-        size = self.shard_sizes[self.rank]
-        part = self.param_parts[self.rank]
-        self.shard_params = np.empty(size, dtype=self.dtype) if self.packed or part is None else part
-        self.grad_buffers = np.empty((self.num_workers, size), dtype=self.dtype)
-        self.reply_buffers = np.empty((self.num_workers, size), dtype=self.dtype)  # = what each pulled
-        self.drift = np.empty(size, dtype=self.dtype)  # scratch for the delay compensation
-        self.grad_requests = [MPI.REQUEST_NULL] * self.num_workers
-        self.reply_requests = [MPI.REQUEST_NULL] * self.num_workers
-        self.pushed = np.zeros(self.num_workers, dtype=np.int64)     # per worker, this epoch
-        self.pulled_at = np.zeros(self.num_workers, dtype=np.int64)  # shard version each worker holds
-        self.computing = np.zeros(self.num_workers, dtype=bool)      # pulled, gradient not yet here
-        self.waiting = []  # workers that want to pull, in arrival order
-        self.version = 0   # updates applied to this shard so far
-        self.staleness = np.zeros(self.number_of_batches * self.epochs, dtype=np.int64)
-        self.idle_time = 0.0
-        self.bytes_received = self.bytes_sent = self.messages = 0  # gradients, parameters, grants
-        # Bounded staleness: the leader decides, the other masters that own parameters follow.
-        self.is_leader = self.rank == self.leader
-        self.followers = [master for master in self.owners if master != self.leader]
-        self.follows_grants = (self.max_staleness is not None and self.owns_parameters
-                               and not self.is_leader)
-        self.granted_at = np.full(self.num_workers, -1, dtype=np.int64)  # leader's version, -1: none
-        self.grant_buffer = np.empty(2, dtype=np.int64)  # received (worker, version)
-        self.grant_request = MPI.REQUEST_NULL
-        self.grants_sent = np.empty((max(self.number_of_batches, 1), 2), dtype=np.int64)
-        self.grant_sends = []
-
-    def _prepare_worker(self):
-        """A worker's sample stream, counters and times."""
-        self.worker = self.rank - self.num_masters
-        self.rng = self.worker_stream(self.rng)
-        self.compute_time = self.wait_time = 0.0
-        self.batches_done = 0
-
     def worker_stream(self, rng):
         """This worker's mini-batch stream: `rng` jumped (2^128 draws) by its stream index.
 
@@ -241,19 +212,14 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
         if not self.is_master:
             self.rng = self.worker_stream(self.rng)
 
-    def pack_shard(self):
-        """A master with a shard of several ranges: copy them from params into its packed shard."""
-        if self.packed:
-            np.concatenate([self.params[lo:hi] for lo, hi in self.segments[self.rank]],
-                           out=self.shard_params)
+    def _product_into(self, a, b, out):
+        """back_prop's weight-gradient products; a worker first lets its messages in flight move.
 
-    def unpack_shard(self):
-        """The reverse of pack_shard: the packed shard back into params (rank 0 at an epoch end)."""
-        if self.packed:
-            start = 0
-            for lo, hi in self.segments[self.rank]:
-                self.params[lo:hi] = self.shard_params[start:start + hi - lo]
-                start += hi - lo
+        MPICH moves a large non-blocking message only inside MPI calls, so a pipelined worker
+        tests its requests between the matrix products (Worker.progress: a Testall, ~1 us).
+        """
+        self.role.progress()
+        super()._product_into(a, b, out)
 
     # ------------------------------------------------------------------ training
 
@@ -285,17 +251,17 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
 
         After each epoch rank 0 holds the whole model and prints its accuracy on validation_data.
         """
-        self.pack_shard()  # params may have changed since construction (load_checkpoint)
+        self.role.pack_shard()  # params may have changed since construction (load_checkpoint)
         super().fit(NO_TRAINING_DATA, validation_data, **options)
-        self.waiter.all(self.reply_requests, ("send_parameters", self.version, None))
+        self.role.finish()
 
     def train_epoch(self, data, labels):
         """One epoch: a master serves number_of_batches updates, a worker does its share of them."""
         start = time.perf_counter()
         if self.is_master:
-            self.serve_epoch()
+            self.role.serve_epoch()
         else:
-            self.work_epoch(data, labels)
+            self.role.work_epoch(data, labels)
         self.train_time += time.perf_counter() - start
 
     def trace_into(self, tracer):
@@ -318,47 +284,200 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
         """Whether any rank was asked to stop (SIGTERM with --checkpoint): all ranks agree, at epoch end."""
         return self.waiter.agree(self.stop_requested, ("epoch_end", self.epoch, None))
 
-    # ------------------------------------------------------------------ worker
+    # ------------------------------------------------------------------ figures
+
+    def gather_statistics(self):
+        """Collect every rank's counts and times on rank 0 (after the protocol, one gather)."""
+        everyone = self.comm.gather(self.role.record(), root=0)
+        if self.is_root:
+            self.statistics_record = summarise(everyone, self)
+
+    def statistics(self):
+        """Rank 0's summary of the run for --json (updates, staleness, times per rank)."""
+        return self.statistics_record
+
+
+
+class Worker:
+    """A worker's part: per mini-batch compute a gradient, push it to the masters, pull parameters.
+
+    pipeline 0: gradient t is computed on the reply to push t - 1 (the course's algorithm).
+    pipeline 1: on the reply to push t - 2; the reply to push t - 1 lands in a second parameter
+    buffer while gradient t is computed, and the network's views are re-pointed to it (no copy).
+    Gradients alternate between two buffers likewise, so a push is never overwritten in flight.
+    """
+
+    def __init__(self, network):
+        self.network = network
+        self.depth = network.pipeline
+        slots = self.depth + 1  # copy k of the parameters lands in buffer k % slots
+        self.params = [network.params] + [np.empty_like(network.params) for _ in range(self.depth)]
+        self.grads = [network.grads] + [np.zeros_like(network.grads) for _ in range(self.depth)]
+        self.param_views = [network.layer_views(flat) for flat in self.params]
+        self.grad_views = [network.layer_views(flat) for flat in self.grads]
+        self.param_parts = [network.shard_messages(flat) for flat in self.params]
+        self.grad_parts = [network.shard_messages(flat) for flat in self.grads]
+        self.pulls = [[] for _ in range(slots)]   # receive requests of the copy in each buffer
+        self.pushes = [[] for _ in range(slots)]  # send requests of the gradient in each buffer
+        self.in_flight = []
+        self.compute_time = self.wait_time = 0.0
+        self.batches_done = 0
 
     def work_epoch(self, data, labels):
         """This worker's share of the epoch: pull; then per mini-batch gradient, push, pull."""
-        batches, tracer = self.quota[self.worker], self.tracer
-        if batches:
-            self.exchange(self.pull_parameters(), "pull_parameters")
+        batches, slots = self.network.quota[self.network.worker], self.depth + 1
+        if not batches:
+            return
+        last_copy = max(0, batches - 1 - self.depth)  # copies it needs: the last one is unused else
+        self.pull_parameters(0)
+        self.exchange(self.pulls[0], "pull_parameters")
+        self.use_parameters(0)
         for batch in range(batches):
-            start = time.perf_counter()
-            span = tracer.begin("compute")
-            chosen = self.rng.choice(len(data), self.mini_batch_size, replace=False)
-            self.forward_prop(data[chosen])
-            self.back_prop(labels[chosen], scale=self.learning_rate)
-            tracer.end(span)
-            self.compute_time += time.perf_counter() - start
-            span = tracer.begin("push_gradients")
-            pulls = self.pull_parameters() if batch < batches - 1 else []  # posted before the push
-            requests = pulls + self.push_gradients()
-            tracer.end(span)
-            self.exchange(requests, "push_gradients")
+            self.use_gradients(batch % slots)
+            self.compute_gradient(data, labels)
+            span = self.network.tracer.begin("push_gradients")
+            if batch + 1 <= last_copy:  # posted before the push, so the reply never waits for it
+                self.pull_parameters((batch + 1) % slots)
+            self.push_gradients(batch % slots)
+            self.network.tracer.end(span)
+            # Before the next gradient: its gradient buffer free, and the copy it is computed on.
+            following = batch + 1
+            copy = max(0, following - self.depth)
+            requests = self.pushes[following % slots] if following < batches else sum(self.pushes, [])
+            fresh = 1 <= copy <= last_copy and following < batches
+            self.exchange(requests + (self.pulls[copy % slots] if fresh else []), "push_gradients")
+            if fresh:
+                self.use_parameters(copy % slots)
             self.batches_done += 1
+        self.in_flight = []
+
+    def compute_gradient(self, data, labels):
+        """Sample a mini-batch; forward and backward pass into the current gradient buffer."""
+        network, start = self.network, time.perf_counter()
+        span = network.tracer.begin("compute")
+        self.progress()
+        chosen = network.rng.choice(len(data), network.mini_batch_size, replace=False)
+        network.forward_prop(data[chosen])
+        self.progress()
+        network.back_prop(labels[chosen], scale=network.learning_rate)  # progress between products
+        network.tracer.end(span)
+        self.compute_time += time.perf_counter() - start
+
+    def progress(self):
+        """Let the messages in flight move on (MPICH progresses them only inside MPI calls)."""
+        if self.in_flight:
+            MPI.Request.Testall(self.in_flight)
 
     def exchange(self, requests, phase):
-        """Wait for this worker's sends and receives; the time counts as waiting."""
+        """Wait for these sends and receives; the time counts as waiting."""
         start = time.perf_counter()
-        span = self.tracer.begin("pull_parameters")  # the wait: sends done, the fresh shards here
-        self.waiter.all(requests, (phase, self.batches_done, None))
-        self.tracer.end(span)
+        span = self.network.tracer.begin("pull_parameters")  # the wait: sends done, shards here
+        self.network.waiter.all(requests, (phase, self.batches_done, None))
+        self.network.tracer.end(span)
         self.wait_time += time.perf_counter() - start
 
-    def push_gradients(self):
-        """Isend every master that owns parameters the gradient of its shard -> the requests."""
-        return [self.comm.Isend(self.grad_parts[master], dest=master, tag=GRAD_TAG)
-                for master in self.owners]
+    def push_gradients(self, slot):
+        """Isend every master that owns parameters the gradient of its shard (from buffer `slot`)."""
+        network = self.network
+        self.pushes[slot] = [network.comm.Isend(self.grad_parts[slot][master], dest=master, tag=GRAD_TAG)
+                             for master in network.owners]
+        self.in_flight = sum(self.pulls, []) + sum(self.pushes, [])
 
-    def pull_parameters(self):
-        """Irecv every owning master's fresh shard straight into the parameter buffer -> the requests."""
-        return [self.comm.Irecv(self.param_parts[master], source=master, tag=PARAM_TAG)
-                for master in self.owners]
+    def pull_parameters(self, slot):
+        """Irecv every owning master's fresh shard straight into parameter buffer `slot`."""
+        network = self.network
+        self.pulls[slot] = [network.comm.Irecv(self.param_parts[slot][master], source=master, tag=PARAM_TAG)
+                            for master in network.owners]
 
-    # ------------------------------------------------------------------ master
+    def use_parameters(self, slot):
+        """Point the network's parameters (flat buffer and layer views) at buffer `slot`."""
+        network = self.network
+        network.params = self.params[slot]
+        network.weights, network.biases = self.param_views[slot]
+
+    def use_gradients(self, slot):
+        """Point the network's gradients (flat buffer and layer views) at buffer `slot`."""
+        network = self.network
+        network.grads = self.grads[slot]
+        network.nabla_w, network.nabla_b = self.grad_views[slot]
+
+    def record(self):
+        """This worker's figures for the run's statistics."""
+        return {"rank": self.network.rank, "role": "worker", "batches": self.batches_done,
+                "compute_time": self.compute_time, "wait_time": self.wait_time,
+                "train_time": self.network.train_time}
+
+
+class ParameterServer:
+    """A master's part: it owns a shard of the parameters and applies the workers' gradients to it.
+
+    Per worker it keeps the last depth + 1 copies of the shard it sent (reply buffers): pipeline 1
+    computes gradient t on copy t - 1, so delay compensation needs that copy and the staleness
+    counts from the version it was sent at.
+    """
+
+    def __init__(self, network):
+        """Buffers and bookkeeping: the shard, a gradient buffer and depth + 1 reply buffers per worker."""
+        self.network = n = network
+        self.comm, self.waiter = n.comm, n.waiter
+        self.rank, self.num_workers, self.num_masters = n.rank, n.num_workers, n.num_masters
+        self.quota, self.depth, self.copies = n.quota, n.pipeline, n.pipeline + 1
+        self.compensation, self.max_staleness = n.compensation, n.max_staleness
+        self.step_factor = LR_RULES[n.lr_rule]
+        self.owns_parameters = n.shard_sizes[self.rank] > 0
+        self.segments = n.segments[self.rank]
+        self.packed = len(self.segments) > 1  # a copy of its ranges; else a view of params
+        size = n.shard_sizes[self.rank]
+        self.parts = n.shard_messages(n.params)  # per master, its shard of params as one message
+        part = self.parts[self.rank]
+        self.shard_params = np.empty(size, dtype=n.dtype) if self.packed or part is None else part
+        self.grad_buffers = np.empty((self.num_workers, size), dtype=n.dtype)
+        self.reply_buffers = np.empty((self.num_workers, self.copies, size), dtype=n.dtype)
+        self.sent_version = np.zeros((self.num_workers, self.copies), dtype=np.int64)
+        self.drift = np.empty(size, dtype=n.dtype)  # scratch for the delay compensation
+        self.grad_requests = [MPI.REQUEST_NULL] * self.num_workers
+        self.reply_requests = [[MPI.REQUEST_NULL] * self.copies for _ in range(self.num_workers)]
+        self.pushed = np.zeros(self.num_workers, dtype=np.int64)  # gradients this epoch, per worker
+        self.pulled = np.zeros(self.num_workers, dtype=np.int64)  # copies sent this epoch
+        self.everyone = np.arange(self.num_workers)
+        self.waiting = []  # workers that want to pull, in arrival order
+        self.version = 0   # updates applied to this shard so far
+        self.staleness = np.zeros(n.number_of_batches * n.epochs, dtype=np.int64)
+        self.idle_time = 0.0
+        self.bytes_received = self.bytes_sent = self.messages = 0  # gradients, parameters, grants
+        # Bounded staleness: the leader decides, the other masters that own parameters follow.
+        self.leader = n.leader
+        self.is_leader = self.rank == n.leader
+        self.followers = [master for master in n.owners if master != n.leader]
+        self.follows_grants = (self.max_staleness is not None and self.owns_parameters
+                               and not self.is_leader)
+        # Per worker, the leader's versions of its grants not yet served, oldest first: pipelined,
+        # a worker pushes before its last pull is served, so two grants may wait.
+        self.granted_at = [collections.deque() for _ in range(self.num_workers)]
+        self.grant_buffer = np.empty(2, dtype=np.int64)  # received (worker, version)
+        self.grant_request = MPI.REQUEST_NULL
+        self.grants_sent = np.empty((max(n.number_of_batches, 1), 2), dtype=np.int64)
+        self.grant_sends = []
+
+    def progress(self):
+        """A master computes no gradients: nothing to move between matrix products."""
+
+    def pack_shard(self):
+        """A master with a shard of several ranges: copy them from params into its packed shard."""
+        if self.packed:
+            np.concatenate([self.network.params[lo:hi] for lo, hi in self.segments], out=self.shard_params)
+
+    def unpack_shard(self):
+        """The reverse of pack_shard: the packed shard back into params (rank 0 at an epoch end)."""
+        if self.packed:
+            start = 0
+            for lo, hi in self.segments:
+                self.network.params[lo:hi] = self.shard_params[start:start + hi - lo]
+                start += hi - lo
+
+    def finish(self):
+        """After the last epoch: wait for the last replies' sends."""
+        self.waiter.all(sum(self.reply_requests, []), ("send_parameters", self.version, None))
 
     def serve_epoch(self):
         """Apply exactly number_of_batches gradients, each from whichever worker is ready first.
@@ -372,15 +491,18 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
             self.send_snapshot()
             return
         self.pushed[:] = 0
+        self.pulled[:] = 0
         self.waiting = [worker for worker in range(self.num_workers) if self.quota[worker] > 0]
         for worker in self.waiting:
             self.post_gradient_receive(worker)
-        grants_expected = self.number_of_batches if self.follows_grants else 0
+        batches = self.network.number_of_batches
+        pulls = sum(max(1, quota - self.depth) for quota in self.quota if quota > 0)  # one grant each
+        grants_expected = pulls if self.follows_grants else 0
         grants_received = updates = 0
         if grants_expected:
             self.post_grant_receive()
         self.release_waiting_workers()
-        while updates < self.number_of_batches or grants_received < grants_expected:
+        while updates < batches or grants_received < grants_expected:
             start = time.perf_counter()
             span = self.tracer.begin("wait_gradient")
             index = self.waiter.any(self.grad_requests + [self.grant_request],
@@ -393,7 +515,7 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
                 self.count_message(received=self.grant_buffer.nbytes)
                 worker, version = self.grant_buffer
                 self.tracer.end(self.tracer.begin("grant"), int(worker))  # an instant: it arrived
-                self.granted_at[worker] = version
+                self.granted_at[worker].append(version)
                 grants_received += 1
                 if grants_received < grants_expected:
                     self.post_grant_receive()
@@ -425,36 +547,42 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
         """Pre-post the receive of the leader's next grant."""
         self.grant_request = self.comm.Irecv(self.grant_buffer, source=self.leader, tag=GRANT_TAG)
 
+    def base_copy(self, worker):
+        """The reply slot holding the copy `worker`'s next gradient was computed on.
+
+        Gradient j (of this epoch) is computed on copy max(0, j - depth); copy k sits in slot k % copies.
+        """
+        return max(0, self.pushed[worker] - self.depth) % self.copies
+
     def apply_gradient(self, worker):
         """shard -= factor * (compensated gradient); record the update's staleness."""
         span = self.tracer.begin("apply_gradient")
-        staleness = self.version - self.pulled_at[worker]
+        copy = self.base_copy(worker)
+        staleness = self.version - self.sent_version[worker, copy]
         self.staleness[self.version] = staleness
         gradient = self.grad_buffers[worker]
-        if self.compensation:
-            self.compensate(gradient, worker)
-        factor = LR_RULES[self.lr_rule](staleness, self.active_workers)
+        if self.compensation and staleness:  # nothing applied in between: nothing to correct
+            self.compensate(gradient, self.reply_buffers[worker, copy])
+        factor = self.step_factor(staleness, self.network.active_workers)
         if factor != 1.0:
             gradient *= factor
         self.shard_params -= gradient
         self.tracer.end(span, int(staleness), worker, self.num_masters + worker)  # tracing.ARGUMENTS
         self.version += 1
         self.pushed[worker] += 1
-        self.computing[worker] = False
-        if self.pushed[worker] < self.quota[worker]:  # it pulls again this epoch
+        if self.pushed[worker] + self.depth < self.quota[worker]:  # it pulls again this epoch
             self.waiting.append(worker)
 
-    def compensate(self, gradient, worker):
+    def compensate(self, gradient, pulled):
         """gradient += L * gradient^2 * (w_now - w_pulled) / lr, in place (the gradient is lr-scaled).
 
-        A first-order correction of the gradient from the point the worker pulled to the current
-        one, with gradient^2 as a cheap diagonal estimate of the curvature. Zero if no other
-        update came in between, so one worker is still exactly serial SGD.
+        A first-order correction of the gradient from the copy it was computed on (`pulled`) to
+        the current shard, with gradient^2 as a cheap diagonal estimate of the curvature.
         """
-        drift = np.subtract(self.shard_params, self.reply_buffers[worker], out=self.drift)
+        drift = np.subtract(self.shard_params, pulled, out=self.drift)
         drift *= gradient
         drift *= gradient
-        drift *= self.compensation / self.learning_rate
+        drift *= self.compensation / self.network.learning_rate
         gradient += drift
 
     def may_pull(self, worker):
@@ -462,20 +590,27 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
         if self.max_staleness is None:
             return True
         if self.follows_grants:
-            return 0 <= self.granted_at[worker] <= self.version
+            granted = self.granted_at[worker]
+            return bool(granted) and granted[0] <= self.version
         return self.window_allows()
 
     def window_allows(self):
-        """The leader: whether one more worker may start without any gradient exceeding max_staleness.
+        """The leader: whether one more copy may go out without any gradient exceeding max_staleness.
 
-        Every worker computing now may still see one update from each of the others, so the
-        oldest one's staleness plus the number computing must stay within the bound. With none
-        computing a worker may always start, so the oldest worker always finishes: no deadlock.
+        A gradient is pending when the copy it is computed on has been sent and the gradient has
+        not arrived: per worker at most one (pipeline 0) or two (pipeline 1, the gradient on the
+        copy it holds and the one on the copy in flight). Each pending gradient may still see one
+        update from every other, so the oldest one's staleness plus the number pending must stay
+        within the bound. Pending gradients need no further copy, so they all arrive; with none
+        pending a copy may always go out: no deadlock.
         """
-        if not self.computing.any():
+        reach = np.minimum(self.pulled - 1 + self.depth, self.quota - 1)  # last computable gradient
+        pending = np.where(self.pulled > 0, np.maximum(reach - self.pushed + 1, 0), 0)
+        busy = pending > 0
+        if not busy.any():
             return True
-        oldest = self.version - self.pulled_at[self.computing].min()
-        return oldest + np.count_nonzero(self.computing) <= self.max_staleness
+        base = self.sent_version[self.everyone, np.maximum(self.pushed - self.depth, 0) % self.copies]
+        return self.version - base[busy].min() + pending.sum() <= self.max_staleness
 
     def release_waiting_workers(self):
         """Send the fresh shard to the waiting workers that may pull now, in arrival order."""
@@ -490,16 +625,18 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
     def send_parameters(self, worker):
         """Isend `worker` a copy of the shard (the shard itself changes with the next update)."""
         span = self.tracer.begin("send_parameters")
-        self.waiter.all([self.reply_requests[worker]], ("send_parameters", self.version, worker))
-        self.reply_buffers[worker] = self.shard_params
-        self.reply_requests[worker] = self.comm.Isend(
-            self.reply_buffers[worker], dest=self.num_masters + worker, tag=PARAM_TAG)
-        self.count_message(sent=self.reply_buffers[worker].nbytes)
+        copy = self.pulled[worker] % self.copies  # its gradients on the copy there all arrived
+        self.waiter.all(self.reply_requests[worker][copy:copy + 1], ("send_parameters", self.version, worker))
+        reply = self.reply_buffers[worker, copy]
+        reply[...] = self.shard_params
+        self.reply_requests[worker][copy] = self.comm.Isend(reply, dest=self.num_masters + worker,
+                                                            tag=PARAM_TAG)
+        self.count_message(sent=reply.nbytes)
         self.tracer.end(span, worker)
-        self.pulled_at[worker] = self.version
-        self.computing[worker] = True
+        self.sent_version[worker, copy] = self.version
+        self.pulled[worker] += 1
         if self.follows_grants:
-            self.granted_at[worker] = -1
+            self.granted_at[worker].popleft()
         elif self.max_staleness is not None and self.followers:  # the leader tells the others
             grant = self.grants_sent[len(self.grant_sends) // len(self.followers)]
             grant[:] = worker, self.version
@@ -510,39 +647,32 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
     def send_snapshot(self):
         """End of an epoch: every owning master's shard to rank 0, which then holds the whole model."""
         span = self.tracer.begin("snapshot")
-        if self.is_root:
-            requests = [self.comm.Irecv(self.param_parts[master], source=master, tag=SNAPSHOT_TAG)
-                        for master in self.owners if master != 0]
+        network = self.network
+        if network.is_root:
+            requests = [self.comm.Irecv(self.parts[master], source=master, tag=SNAPSHOT_TAG)
+                        for master in network.owners if master != 0]
             self.unpack_shard()
-            self.waiter.all(requests, ("snapshot", self.epoch, None))
+            self.waiter.all(requests, ("snapshot", network.epoch, None))
         elif self.owns_parameters:
             request = self.comm.Isend(self.shard_params, dest=0, tag=SNAPSHOT_TAG)
-            self.waiter.all([request], ("snapshot", self.epoch, 0))
+            self.waiter.all([request], ("snapshot", network.epoch, 0))
         self.tracer.end(span)
 
-    # ------------------------------------------------------------------ figures
 
-    def gather_statistics(self):
-        """Collect every rank's counts and times on rank 0 (after the protocol, one gather)."""
-        if self.is_master:
-            staleness = self.staleness[:self.version]
-            mine = {"rank": self.rank, "role": "master", "updates": int(self.version),
-                    "staleness_histogram": np.bincount(staleness).tolist(),
-                    "staleness_max": int(staleness.max()) if staleness.size else 0,
-                    "idle_time": self.idle_time, "train_time": self.train_time,
-                    "bytes_received": self.bytes_received, "bytes_sent": self.bytes_sent,
-                    "messages": self.messages}
-        else:
-            mine = {"rank": self.rank, "role": "worker", "batches": self.batches_done,
-                    "compute_time": self.compute_time, "wait_time": self.wait_time,
-                    "train_time": self.train_time}
-        everyone = self.comm.gather(mine, root=0)
-        if self.is_root:
-            self.statistics_record = summarise(everyone, self)
+    @property
+    def tracer(self):
+        """The network's tracer (set by trace_into after construction)."""
+        return self.network.tracer
 
-    def statistics(self):
-        """Rank 0's summary of the run for --json (updates, staleness, times per rank)."""
-        return self.statistics_record
+    def record(self):
+        """This master's figures for the run's statistics."""
+        staleness = self.staleness[:self.version]
+        return {"rank": self.rank, "role": "master", "updates": int(self.version),
+                "staleness_histogram": np.bincount(staleness).tolist(),
+                "staleness_max": int(staleness.max()) if staleness.size else 0,
+                "idle_time": self.idle_time, "train_time": self.network.train_time,
+                "bytes_received": self.bytes_received, "bytes_sent": self.bytes_sent,
+                "messages": self.messages}
 
 
 def per_update(value, updates):
@@ -577,7 +707,7 @@ def summarise(ranks, network):
         "masters": network.num_masters, "workers": network.num_workers,
         "active_workers": network.active_workers, "compensation": network.compensation,
         "max_staleness": network.max_staleness, "lr_rule": network.lr_rule,
-        "wait_policy": network.waiter.policy,
+        "wait_policy": network.waiter.policy, "pipeline": network.pipeline,
         "shard": network.shard,
         "shard_bounds": even_bounds(network.params.size, network.num_masters) if balanced else None,
         "shard_sizes": network.shard_sizes,

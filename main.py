@@ -205,6 +205,10 @@ def add_async_arguments(parser):
     parser.add_argument("--lr-rule", choices=["constant", "staleness", "workers"], default="constant",
                         help="factor on a gradient that is tau updates stale: constant 1, "
                              "staleness 1/(1+tau), workers 1/W (default constant)")
+    parser.add_argument("--pipeline", type=int, choices=[0, 1], default=1,
+                        help="1: a worker computes its next gradient on the parameters it holds "
+                             "while the fresh ones are in flight (one update staler); 0: it waits "
+                             "for them, the course's algorithm (default 1)")
     parser.add_argument("--shard", choices=["balanced", "layers"], default="balanced",
                         help="who owns which parameters. balanced: M contiguous shards of equal "
                              "parameter count; layers: the course's whole layers, round robin "
@@ -239,7 +243,7 @@ def build_network(args, seed):
                                         compensation=args.compensation,
                                         max_staleness=args.max_staleness, lr_rule=args.lr_rule,
                                         wait=args.wait, stall_timeout=args.stall_timeout,
-                                        shard=args.shard)
+                                        shard=args.shard, pipeline=args.pipeline)
     raise NotImplementedError(f"mode {args.mode} is not available yet")
 
 
