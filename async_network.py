@@ -2,7 +2,7 @@
 
     mpiexec -n <nprocs> python3 main.py async <masters> [--compensation L] [--max-staleness S]
                                                         [--lr-rule constant|staleness|workers]
-                                                        [--shard balanced|layers]
+                                                        [--shard balanced|layers] [--pipeline 0|1|auto]
 
 By default (shard "balanced") the flat parameter vector is cut into M contiguous shards balanced
 by parameter count. Shard "layers" is the course's split: master m owns the course's whole layers
@@ -10,13 +10,27 @@ range(m, num_layers, M) (layer 0 is the input and holds no weights), so the mast
 784x128 layer holds 92 % of the parameters and a master may own nothing; such a master sits out
 the protocol. A shard of several separate layers moves in one message all the same: the worker
 sends and receives it through an MPI indexed datatype over its flat buffers, the master keeps it
-packed. Every worker talks to every master that owns parameters:
+packed. Every worker (class Worker) talks to every master that owns parameters (ParameterServer):
 
     worker w                                     master m (owns params[lo_m:hi_m])
     pull_parameters: Irecv shard m  <------.     wait for any of one pre-posted Irecv per worker
     forward_prop, back_prop                |     ...the gradient of worker w arrives (GRAD_TAG):
     push_gradients:  Isend grads[lo_m:hi_m] --->  apply_gradient: shard -= step(gradient)
     (the next pull is posted before the push) '-- send_parameters: Isend a copy of the shard (PARAM_TAG)
+
+pipeline 0 (the course's algorithm) waits for that pull before the next gradient: per mini-batch
+compute + round trip. pipeline 1 computes the next gradient on the copy it already holds while
+the round trip is in flight, the pull landing in a second parameter buffer (views re-pointed, no
+copy), and tests its requests between the matrix products so MPI moves them meanwhile:
+
+    worker (two parameter buffers A, B; two gradient buffers)        master
+    compute g_t on A ......... push g_t, pull copy t+1 -> A ------->  apply g_t, reply copy t+1
+    [wait: copy t in B]  ---------------------------------------------------------------------.
+    compute g_t+1 on B ....... push g_t+1, pull copy t+2 -> B ---->  apply g_t+1 (computed on   |
+    [wait: copy t+1 in A] <-- (arrived while g_t+1 was computed)      copy t: compensated       |
+                                                                      against it, counted one   |
+                                                                      update staler) <---------'
+    cycle: max(compute, round trip) instead of compute + round trip.
 
 fit calls do_master on the masters and do_worker on the workers (the course skeleton's names);
 both run NeuralNetwork.fit's epochs, with serve_epoch or work_epoch as the epoch's work.
@@ -26,9 +40,10 @@ do number_of_batches mini-batches per epoch (the first workers take the remainde
 each epoch the masters send rank 0 their shards (SNAPSHOT_TAG): rank 0 reports the accuracy of the
 whole current model and ends training holding the whole model.
 
-Staleness of an update = how many updates the shard received between the worker's pull and its
-push; with W workers taking turns it is about W - 1. Plain asynchronous SGD at the course's
-learning rate collapses from W = 6 on (measurements in the README): W workers pushing gradients of
+Staleness of an update = how many updates the shard received between the copy its gradient was
+computed on and its arrival; with W workers taking turns it is about W - 1 (pipelined about 2W - 1).
+Plain asynchronous SGD at the course's learning rate collapses from W = 6 on (measurements in
+docs/async.md): W workers pushing gradients of
 the same stale point overshoot, the sigmoid units saturate and never recover. Two remedies:
 
 - compensation L (delay compensation, Zheng et al. 2017): the master corrects a stale gradient
@@ -36,7 +51,8 @@ the same stale point overshoot, the sigmoid units saturate and never recover. Tw
   w_pulled) / lr, where w_pulled is the copy it sent that worker. Zero when nothing changed.
 - max_staleness s: the leader (the first master that owns parameters: master 0 unless it owns
   none) lets a worker pull only if no gradient in flight can then become more than s updates
-  stale (at most s + 1 workers compute at a time). It tells the other masters each grant with
+  stale (at most s + 1 gradients pending: computed or being computed on a copy already sent,
+  not yet applied; a pipelined worker may have two). It tells the other masters each grant with
   its own update count (GRANT_TAG); they serve it once they have applied as many, so all masters
   grant alike and cannot deadlock one another. s = 0: one worker at a time, each gradient
   computed on the current model, i.e. serial SGD.
@@ -52,7 +68,7 @@ from mpi4py import MPI
 
 from network import NeuralNetwork
 from utils import even_bounds, start_mpi
-from waiting import Waiter
+from waiting import Waiter, oversubscribed
 from watchdog import DEFAULT_STALL_TIMEOUT, Watchdog
 
 GRAD_TAG = 1      # worker -> master: the gradient slice of the master's shard
@@ -66,8 +82,10 @@ NO_TRAINING_DATA = (None, None)     # what a master's epochs get: it draws no sa
 
 DEFAULT_COMPENSATION = 4.0  # main.py repeats these defaults for its --help
 DEFAULT_MAX_STALENESS = 3
-DEFAULT_PIPELINE = 1        # see docs/async.md: depth 1 measured faster at equal accuracy
-PIPELINE_DEPTHS = (0, 1)
+# auto: 1 when every rank of the node has a core, else 0. Measured (docs/async.md): the pipelined
+# worker was faster with a core per rank (async 1 on 2 cores) and slower time-sharing the cores.
+DEFAULT_PIPELINE = "auto"
+PIPELINE_CHOICES = (0, 1, "auto")
 
 LR_RULES = {  # factor on a worker's (learning-rate scaled) gradient, given its staleness
     "constant": lambda staleness, workers: 1.0,
@@ -89,7 +107,8 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
     shard: who owns which parameters, "balanced" (by parameter count) or "layers" (the course's
     whole layers, round robin).
     pipeline: 0, a worker waits for the fresh parameters before its next gradient (the course's
-    algorithm); 1, it computes the next gradient on the copy it holds while the pull is in flight.
+    algorithm); 1, it computes the next gradient on the copy it holds while the pull is in flight;
+    "auto", 1 when every rank on the node has a core of its own (and max_staleness is not 0), else 0.
     The master's part is a ParameterServer, the worker's a Worker (self.role); this class is the
     course's facade over both.
     """
@@ -113,9 +132,9 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
             raise ValueError(f"compensation must be >= 0, got {compensation}")
         if shard not in SHARDINGS:
             raise ValueError(f"shard must be one of {', '.join(SHARDINGS)}, got {shard!r}")
-        if pipeline not in PIPELINE_DEPTHS:
-            raise ValueError(f"pipeline must be 0 or 1, got {pipeline!r}")
-        if pipeline and max_staleness == 0:  # a pipelined gradient is always one update late
+        if pipeline not in PIPELINE_CHOICES:
+            raise ValueError(f"pipeline must be 0, 1 or 'auto', got {pipeline!r}")
+        if pipeline == 1 and max_staleness == 0:  # a pipelined gradient is always one update late
             raise ValueError("max_staleness 0 (serial SGD) needs pipeline 0")
         seed = self.comm.bcast(seed if seed is not None else secrets.randbits(32), root=0)
         self.waiter = Waiter(self.comm, wait)
@@ -127,7 +146,10 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
         self.is_master = self.rank < self.num_masters
         self.num_workers = self.size - self.num_masters
         self.compensation, self.max_staleness, self.lr_rule = compensation, max_staleness, lr_rule
-        self.shard, self.pipeline = shard, int(pipeline)
+        self.shard = shard
+        if pipeline == "auto":  # collective (counts the node's ranks), like every check above
+            pipeline = int(max_staleness != 0 and not oversubscribed(self.comm))
+        self.pipeline = pipeline
         self.segments = self.shard_segments()  # per master: the (lo, hi) ranges of params it owns
         self.shard_sizes = [sum(hi - lo for lo, hi in mine) for mine in self.segments]
         assert sum(self.shard_sizes) == self.params.size, "the shards must cover the buffer"
@@ -435,10 +457,12 @@ class ParameterServer:
         self.reply_buffers = np.empty((self.num_workers, self.copies, size), dtype=n.dtype)
         self.sent_version = np.zeros((self.num_workers, self.copies), dtype=np.int64)
         self.drift = np.empty(size, dtype=n.dtype)  # scratch for the delay compensation
+        self.prepared = None  # ((worker, its gradient number, version), drift buffer) prepared early
         self.grad_requests = [MPI.REQUEST_NULL] * self.num_workers
         self.reply_requests = [[MPI.REQUEST_NULL] * self.copies for _ in range(self.num_workers)]
         self.pushed = np.zeros(self.num_workers, dtype=np.int64)  # gradients this epoch, per worker
         self.pulled = np.zeros(self.num_workers, dtype=np.int64)  # copies sent this epoch
+        self.pending_count = [0] * self.num_workers  # pending() per worker, kept up to date cheaply
         self.everyone = np.arange(self.num_workers)
         self.waiting = []  # workers that want to pull, in arrival order
         self.version = 0   # updates applied to this shard so far
@@ -503,6 +527,7 @@ class ParameterServer:
             self.post_grant_receive()
         self.release_waiting_workers()
         while updates < batches or grants_received < grants_expected:
+            self.prepare_drift()  # busy time, not idle: it is the next update's work, done early
             start = time.perf_counter()
             span = self.tracer.begin("wait_gradient")
             index = self.waiter.any(self.grad_requests + [self.grant_request],
@@ -562,14 +587,8 @@ class ParameterServer:
         self.staleness[self.version] = staleness
         gradient = self.grad_buffers[worker]
         if self.compensation and staleness:  # nothing applied in between: nothing to correct
-            # The copy's last gradient may use it as scratch: numpy's passes in place measured
-            # ~30 % faster than into a separate buffer (150 against 220 us for the whole model).
-            last_use = self.pushed[worker] >= self.depth  # pipelined, copy 0 serves gradients 0, 1
-            if last_use:
-                self.waiter.all(self.reply_requests[worker][copy:copy + 1],
-                                ("send_parameters", self.version, worker))
-            pulled = self.reply_buffers[worker, copy]
-            self.compensate(gradient, pulled, pulled if last_use else self.drift)
+            self.compensate(gradient, self.drift_since(worker, copy))
+        self.prepared = None
         factor = self.step_factor(staleness, self.network.active_workers)
         if factor != 1.0:
             gradient *= factor
@@ -577,21 +596,64 @@ class ParameterServer:
         self.tracer.end(span, int(staleness), worker, self.num_masters + worker)  # tracing.ARGUMENTS
         self.version += 1
         self.pushed[worker] += 1
+        self.pending_count[worker] -= 1
         if self.pushed[worker] + self.depth < self.quota[worker]:  # it pulls again this epoch
             self.waiting.append(worker)
 
-    def compensate(self, gradient, pulled, scratch):
+    def compensate(self, gradient, drift):
         """gradient += L * gradient^2 * (w_now - w_pulled) / lr, in place (the gradient is lr-scaled).
 
-        A first-order correction of the gradient from the copy it was computed on (`pulled`) to
+        A first-order correction of the gradient from the copy it was computed on (w_pulled) to
         the current shard, with gradient^2 as a cheap diagonal estimate of the curvature.
-        scratch: where the correction is built (may be `pulled` itself, which it then overwrites).
+        drift: (w_now - w_pulled) * L / lr (drift_since); it is overwritten.
         """
-        drift = np.subtract(self.shard_params, pulled, out=scratch)
         drift *= gradient
         drift *= gradient
-        drift *= self.compensation / self.network.learning_rate
         gradient += drift
+
+    def drift_since(self, worker, copy):
+        """(w_now - w_pulled) * L / lr for `worker`'s gradient on reply slot `copy` -> a buffer.
+
+        Prepared while the master waited if possible (prepare_drift), else built now.
+        """
+        if self.prepared is not None and self.prepared[0] == (worker, self.pushed[worker], self.version):
+            return self.prepared[1]
+        return self.build_drift(worker, copy, may_overwrite=True)
+
+    def build_drift(self, worker, copy, may_overwrite):
+        """(w_now - w_pulled) * L / lr -> a buffer: the copy itself if allowed, else the scratch.
+
+        A copy may hold it when this is the copy's last gradient and its send is complete: numpy's
+        passes in place measured ~30 % faster than into a separate buffer (45 against 87 us for the
+        subtraction, whole model).
+        """
+        pulled = self.reply_buffers[worker, copy]
+        in_place = (may_overwrite and self.pushed[worker] >= self.depth  # pipelined, copy 0 serves 2
+                    and self.reply_requests[worker][copy].Test())
+        drift = np.subtract(self.shard_params, pulled, out=pulled if in_place else self.drift)
+        drift *= self.compensation / self.network.learning_rate
+        return drift
+
+    def prepare_drift(self):
+        """Before waiting: if only one worker has a gradient still to come, build its drift now.
+
+        That gradient is then the next update, so the drift is ready when it arrives and two of the
+        compensation's five passes leave the path from gradient to reply (bench/master_profile.py).
+        A follower may send copies on a grant while it waits, so another worker's gradient could
+        come first: it builds into the scratch buffer, keeping the copy, and the drift is checked
+        again at use.
+        """
+        if not self.compensation or self.prepared is not None:
+            return
+        workers = [worker for worker, count in enumerate(self.pending_count) if count]
+        if len(workers) != 1:
+            return
+        worker = workers[0]
+        copy = self.base_copy(worker)
+        if self.sent_version[worker, copy] == self.version or self.grad_requests[worker].Get_status():
+            return  # nothing to correct, or the gradient is already here
+        drift = self.build_drift(worker, copy, may_overwrite=not self.follows_grants)
+        self.prepared = ((worker, self.pushed[worker], self.version), drift)
 
     def may_pull(self, worker):
         """Whether `worker` may have the fresh shard now (always, unless staleness is bounded)."""
@@ -601,6 +663,17 @@ class ParameterServer:
             granted = self.granted_at[worker]
             return bool(granted) and granted[0] <= self.version
         return self.window_allows()
+
+    def pending(self):
+        """Per worker: gradients pending (their copy sent, not yet applied), and the oldest one's copy version.
+
+        Gradient j is computed on copy max(0, j - depth), so the copies sent so far reach gradient
+        pulled - 1 + depth (at most its quota's last).
+        """
+        reach = np.minimum(self.pulled - 1 + self.depth, self.quota - 1)
+        pending = np.where(self.pulled > 0, np.maximum(reach - self.pushed + 1, 0), 0)
+        oldest = self.sent_version[self.everyone, np.maximum(self.pushed - self.depth, 0) % self.copies]
+        return pending, oldest
 
     def window_allows(self):
         """The leader: whether one more copy may go out without any gradient exceeding max_staleness.
@@ -612,13 +685,11 @@ class ParameterServer:
         within the bound. Pending gradients need no further copy, so they all arrive; with none
         pending a copy may always go out: no deadlock.
         """
-        reach = np.minimum(self.pulled - 1 + self.depth, self.quota - 1)  # last computable gradient
-        pending = np.where(self.pulled > 0, np.maximum(reach - self.pushed + 1, 0), 0)
+        pending, oldest = self.pending()
         busy = pending > 0
         if not busy.any():
             return True
-        base = self.sent_version[self.everyone, np.maximum(self.pushed - self.depth, 0) % self.copies]
-        return self.version - base[busy].min() + pending.sum() <= self.max_staleness
+        return self.version - oldest[busy].min() + pending.sum() <= self.max_staleness
 
     def release_waiting_workers(self):
         """Send the fresh shard to the waiting workers that may pull now, in arrival order."""
@@ -643,6 +714,9 @@ class ParameterServer:
         self.tracer.end(span, worker)
         self.sent_version[worker, copy] = self.version
         self.pulled[worker] += 1
+        # copy k lets the worker compute gradient k + depth; copy 0 gradients 0..depth (within its quota)
+        self.pending_count[worker] += (1 if self.pulled[worker] > 1
+                                       else min(self.depth, self.quota[worker] - 1) + 1)
         if self.follows_grants:
             self.granted_at[worker].popleft()
         elif self.max_staleness is not None and self.followers:  # the leader tells the others

@@ -56,7 +56,7 @@ def main():
     world, masters = MPI.COMM_WORLD, int(sys.argv[1])
     data = synthetic_digits(pixels=SIZES[0])
     results = [run(world, masters, 300, data),  # the defaults: compensation, bound 3
-               run(world, masters, 300, data, pipeline=0),
+               run(world, masters, 300, data, pipeline=1),
                run(world, masters, 7, data, max_staleness=None, compensation=0.0)]
     group = world.Split(0 if world.rank <= masters else MPI.UNDEFINED, world.rank)
     if group != MPI.COMM_NULL:  # one worker: must be the serial network, whatever the options

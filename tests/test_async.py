@@ -1,5 +1,6 @@
 """The asynchronous parameter server: serial equivalence, update counts, whole model on rank 0, errors."""
 import json
+import os
 import re
 import time
 
@@ -59,6 +60,8 @@ def test_main_async_prints_once_from_rank_zero(tmp_path, data):
     stats = json.loads(record.read_text())["statistics"]
     assert stats["updates_per_master"] == [20, 20] and stats["batches_per_worker"] == [10, 10]
     assert (stats["compensation"], stats["max_staleness"], stats["lr_rule"]) == (4.0, 3, "constant")
+    # --pipeline auto: pipelined only when each of the 4 ranks has a core of its own
+    assert stats["pipeline"] == int(len(os.sched_getaffinity(0)) >= 4)
     assert sum(stats["staleness_histogram"]) == 40
     assert stats["shard_bounds"] == [0, 6365, 12730]  # 784*16+16+16*10+10 = 12730 halved
 
@@ -147,13 +150,14 @@ def test_main_async_layers_json_says_who_owns_what(tmp_path, data):
 def test_main_async_balanced_is_the_default_and_records_its_shards(tmp_path, data):
     record = tmp_path / "run.json"
     result = run_mpi(4, "main.py", "async", "2", "--epochs", "1", "--batches", "6", "--layers",
-                     "784,16,10", "--seed", "3", "--data-dir", data, "--unbounded", "--json", record)
+                     "784,16,10", "--seed", "3", "--data-dir", data, "--unbounded", "--json", record,
+                     "--pipeline", "1")
     assert result.returncode == 0, result.stderr
     stats = json.loads(record.read_text())["statistics"]
     assert stats["shard"] == "balanced" and stats["shard_sizes"] == [6365, 6365]
     assert stats["shard_layers"] == [[1], [1, 2]]  # the cut falls inside layer 1 (12,560 parameters)
     assert stats["master_bytes_received_per_update"] == [8 * 6365] * 2  # no grants when unbounded
-    # Pipelined (the default): each worker's 3 gradients are computed on copies 0, 0, 1: 2 pulls.
+    # Pipelined: each worker's 3 gradients are computed on copies 0, 0, 1: 2 pulls.
     assert stats["pipeline"] == 1 and stats["master_messages_per_update"] == [(6 + 4) / 6] * 2
 
 
@@ -162,3 +166,25 @@ def test_bad_shard_value_gives_one_line_and_exit_code_2(data):
     assert result.returncode == 2
     assert "--shard" in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize("pipeline, expected", [("0", 0), ("1", 1), ("auto", None)])
+def test_main_async_pipeline_option_is_recorded_and_auto_follows_the_cores(tmp_path, data, pipeline,
+                                                                         expected):
+    """2 ranks: --pipeline 0 and 1 as asked; auto pipelines when both ranks have a core each."""
+    record = tmp_path / "run.json"
+    result = run_mpi(2, "main.py", "async", "1", "--epochs", "1", "--batches", "5", "--layers",
+                     "784,16,10", "--seed", "3", "--data-dir", data, "--json", record,
+                     "--pipeline", pipeline)
+    assert result.returncode == 0, result.stderr
+    stats = json.loads(record.read_text())["statistics"]
+    if expected is None:
+        expected = int(len(os.sched_getaffinity(0)) >= 2)
+    assert stats["pipeline"] == expected and stats["updates_per_master"] == [5]
+    assert stats["staleness_max"] == expected  # one worker: pipelined gradients are one update late
+
+
+def test_pipeline_with_max_staleness_zero_is_refused(data):
+    result = run_mpi(2, "main.py", "async", "1", "--max-staleness", "0", "--pipeline", "1",
+                     "--data-dir", data, timeout=60)
+    assert result.returncode != 0 and "pipeline 0" in result.stderr, result.stderr
