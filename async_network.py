@@ -21,7 +21,9 @@ packed. Every worker (class Worker) talks to every master that owns parameters (
 pipeline 0 (the course's algorithm) waits for that pull before the next gradient: per mini-batch
 compute + round trip. pipeline 1 computes the next gradient on the copy it already holds while
 the round trip is in flight, the pull landing in a second parameter buffer (views re-pointed, no
-copy), and tests its requests between the matrix products so MPI moves them meanwhile:
+copy). Within a node MPICH moves a large message by one copy that the receiver makes from the
+sender's memory (CMA) inside its own MPI calls: a gradient moves while its worker computes, a
+reply during the worker's wait (measured against other ways in docs/async.md):
 
     worker (two parameter buffers A, B; two gradient buffers)        master
     compute g_t on A ......... push g_t, pull copy t+1 -> A ------->  apply g_t, reply copy t+1
@@ -234,15 +236,6 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
         if not self.is_master:
             self.rng = self.worker_stream(self.rng)
 
-    def _product_into(self, a, b, out):
-        """back_prop's weight-gradient products; a worker first lets its messages in flight move.
-
-        MPICH moves a large non-blocking message only inside MPI calls, so a pipelined worker
-        tests its requests between the matrix products (Worker.progress: a Testall, ~1 us).
-        """
-        self.role.progress()
-        super()._product_into(a, b, out)
-
     # ------------------------------------------------------------------ training
 
     def fit(self, training_data, validation_data=None, **options):
@@ -341,7 +334,6 @@ class Worker:
         self.grad_parts = [network.shard_messages(flat) for flat in self.grads]
         self.pulls = [[] for _ in range(slots)]   # receive requests of the copy in each buffer
         self.pushes = [[] for _ in range(slots)]  # send requests of the gradient in each buffer
-        self.in_flight = []
         self.compute_time = self.wait_time = 0.0
         self.batches_done = 0
 
@@ -371,24 +363,16 @@ class Worker:
             if fresh:
                 self.use_parameters(copy % slots)
             self.batches_done += 1
-        self.in_flight = []
 
     def compute_gradient(self, data, labels):
         """Sample a mini-batch; forward and backward pass into the current gradient buffer."""
         network, start = self.network, time.perf_counter()
         span = network.tracer.begin("compute")
-        self.progress()
         chosen = network.rng.choice(len(data), network.mini_batch_size, replace=False)
         network.forward_prop(data[chosen])
-        self.progress()
-        network.back_prop(labels[chosen], scale=network.learning_rate)  # progress between products
+        network.back_prop(labels[chosen], scale=network.learning_rate)
         network.tracer.end(span)
         self.compute_time += time.perf_counter() - start
-
-    def progress(self):
-        """Let the messages in flight move on (MPICH progresses them only inside MPI calls)."""
-        if self.in_flight:
-            MPI.Request.Testall(self.in_flight)
 
     def exchange(self, requests, phase):
         """Wait for these sends and receives; the time counts as waiting."""
@@ -403,7 +387,6 @@ class Worker:
         network = self.network
         self.pushes[slot] = [network.comm.Isend(self.grad_parts[slot][master], dest=master, tag=GRAD_TAG)
                              for master in network.owners]
-        self.in_flight = sum(self.pulls, []) + sum(self.pushes, [])
 
     def pull_parameters(self, slot):
         """Irecv every owning master's fresh shard straight into parameter buffer `slot`."""
@@ -482,9 +465,6 @@ class ParameterServer:
         self.grant_request = MPI.REQUEST_NULL
         self.grants_sent = np.empty((max(n.number_of_batches, 1), 2), dtype=np.int64)
         self.grant_sends = []
-
-    def progress(self):
-        """A master computes no gradients: nothing to move between matrix products."""
 
     def pack_shard(self):
         """A master with a shard of several ranges: copy them from params into its packed shard."""

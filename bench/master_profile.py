@@ -1,7 +1,6 @@
 """Where a parameter-server master's time per update goes: one line per part, from the real code.
 
-    mpiexec -n 2 python3 bench/master_profile.py [--pipeline 0|1] [--progress testall|none]
-                                                 [--batches 632] [--epochs 3]
+    mpiexec -n 2 python3 bench/master_profile.py [--pipeline 0|1] [--batches 632] [--epochs 3]
 
 Runs the default experiment's training (no validation) with one master and one worker and wraps
 the master's steps in timers: receive (Waitany, the gradient's arrival and MPI's copy of it, idle
@@ -10,8 +9,6 @@ has a gradient to come), compensate (the rest, after the gradient arrived), appl
 apply_gradient: the step and the bookkeeping), copy and send (send_parameters: waiting for the
 previous reply, the copy, the Isend). Rank 0 prints
 microseconds per update, and the master's service time (busy time per update, as --json reports).
---progress none switches off the worker's tests of its requests between matrix products, to
-measure what they buy (MPICH moves a large message only inside MPI calls).
 """
 import os
 
@@ -46,7 +43,6 @@ def timed(owner, name, totals):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pipeline", type=int, choices=[0, 1], default=1)
-    parser.add_argument("--progress", choices=["testall", "none"], default="testall")
     parser.add_argument("--batches", type=int, default=632)
     parser.add_argument("--epochs", type=int, default=3)
     args = parser.parse_args()
@@ -55,8 +51,6 @@ def main():
     for name in PARTS:
         if hasattr(owner, name):  # the code before the pipelined worker had no prepare_drift
             timed(owner, name, totals)
-    if args.progress == "none":
-        async_network.Worker.progress = lambda self: None
     training, _, _ = load_mnist()
     options = dict(sizes=[784, 128, 64, 10], learning_rate=0.1, mini_batch_size=16, seed=1,
                    number_of_batches=args.batches, epochs=args.epochs)
@@ -69,7 +63,7 @@ def main():
     stats = network.statistics()
     updates = args.batches * args.epochs
     per = {name: totals[name] / updates * 1e6 for name in PARTS}
-    print(f"pipeline {getattr(network, 'pipeline', 0)}, progress {args.progress}, "
+    print(f"pipeline {getattr(network, 'pipeline', 0)}, "
           f"{network.train_time:.2f} s, {updates} updates, staleness mean "
           f"{stats['staleness_mean']:.2f}; microseconds per update:")
     compensate = per["compensate"] + per["drift_since"]
