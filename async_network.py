@@ -342,7 +342,7 @@ class Worker:
         batches, slots = self.network.quota[self.network.worker], self.depth + 1
         if not batches:
             return
-        last_copy = max(0, batches - 1 - self.depth)  # copies it needs: the last one is unused else
+        last_copy = max(0, batches - 1 - self.depth)  # the copy its last gradient is computed on
         self.pull_parameters(0)
         self.exchange(self.pulls[0], "pull_parameters")
         self.use_parameters(0)
