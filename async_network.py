@@ -162,6 +162,7 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
         self.train_time = 0.0
         self.statistics_record = {}
         if self.is_master:
+            self.snapshot_parts = self.shard_messages(self.params)  # per master: its shard of params
             self.role = ParameterServer(self)
         else:
             self.worker = self.rank - self.num_masters
@@ -266,7 +267,7 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
 
         After each epoch rank 0 holds the whole model and prints its accuracy on validation_data.
         """
-        self.role.pack_shard()  # params may have changed since construction (load_checkpoint)
+        self.pack_shard()  # params may have changed since construction (load_checkpoint)
         super().fit(NO_TRAINING_DATA, validation_data, **options)
         self.role.finish()
 
@@ -298,6 +299,35 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
     def agree_to_stop(self):
         """Whether any rank was asked to stop (SIGTERM with --checkpoint): all ranks agree, at epoch end."""
         return self.waiter.agree(self.stop_requested, ("epoch_end", self.epoch, None))
+
+    # ------------------------------------------------------------------ the whole model on rank 0
+
+    def pack_shard(self):
+        """A master with a shard of several ranges: copy them from params into its packed shard."""
+        if self.role.packed:
+            np.concatenate([self.params[lo:hi] for lo, hi in self.segments[self.rank]],
+                           out=self.role.shard_params)
+
+    def unpack_shard(self):
+        """The reverse of pack_shard: the packed shard back into params (rank 0 at an epoch end)."""
+        if self.role.packed:
+            start = 0
+            for lo, hi in self.segments[self.rank]:
+                self.params[lo:hi] = self.role.shard_params[start:start + hi - lo]
+                start += hi - lo
+
+    def send_snapshot(self):
+        """End of an epoch: every owning master's shard to rank 0, which then holds the whole model."""
+        span = self.tracer.begin("snapshot")
+        if self.is_root:
+            requests = [self.comm.Irecv(self.snapshot_parts[master], source=master, tag=SNAPSHOT_TAG)
+                        for master in self.owners if master != 0]
+            self.unpack_shard()
+            self.waiter.all(requests, ("snapshot", self.epoch, None))
+        elif self.role.owns_parameters:
+            request = self.comm.Isend(self.role.shard_params, dest=0, tag=SNAPSHOT_TAG)
+            self.waiter.all([request], ("snapshot", self.epoch, 0))
+        self.tracer.end(span)
 
     # ------------------------------------------------------------------ figures
 
@@ -430,11 +460,9 @@ class ParameterServer:
         self.compensation, self.max_staleness = n.compensation, n.max_staleness
         self.step_factor = LR_RULES[n.lr_rule]
         self.owns_parameters = n.shard_sizes[self.rank] > 0
-        self.segments = n.segments[self.rank]
-        self.packed = len(self.segments) > 1  # a copy of its ranges; else a view of params
+        self.packed = len(n.segments[self.rank]) > 1  # a copy of its ranges; else a view of params
         size = n.shard_sizes[self.rank]
-        self.parts = n.shard_messages(n.params)  # per master, its shard of params as one message
-        part = self.parts[self.rank]
+        part = n.snapshot_parts[self.rank]
         self.shard_params = np.empty(size, dtype=n.dtype) if self.packed or part is None else part
         self.grad_buffers = np.empty((self.num_workers, size), dtype=n.dtype)
         self.reply_buffers = np.empty((self.num_workers, self.copies, size), dtype=n.dtype)
@@ -466,19 +494,6 @@ class ParameterServer:
         self.grants_sent = np.empty((max(n.number_of_batches, 1), 2), dtype=np.int64)
         self.grant_sends = []
 
-    def pack_shard(self):
-        """A master with a shard of several ranges: copy them from params into its packed shard."""
-        if self.packed:
-            np.concatenate([self.network.params[lo:hi] for lo, hi in self.segments], out=self.shard_params)
-
-    def unpack_shard(self):
-        """The reverse of pack_shard: the packed shard back into params (rank 0 at an epoch end)."""
-        if self.packed:
-            start = 0
-            for lo, hi in self.segments:
-                self.network.params[lo:hi] = self.shard_params[start:start + hi - lo]
-                start += hi - lo
-
     def finish(self):
         """After the last epoch: wait for the last replies' sends."""
         self.waiter.all(sum(self.reply_requests, []), ("send_parameters", self.version, None))
@@ -492,7 +507,7 @@ class ParameterServer:
         that owns no parameters has nothing to serve.
         """
         if not self.owns_parameters:
-            self.send_snapshot()
+            self.network.send_snapshot()
             return
         self.pushed[:] = 0
         self.pulled[:] = 0
@@ -534,7 +549,7 @@ class ParameterServer:
         assert not self.waiting, "every pull of the epoch must have been served"
         self.waiter.all(self.grant_sends, ("send_grants", updates, None))
         self.grant_sends = []
-        self.send_snapshot()
+        self.network.send_snapshot()
 
     def count_message(self, received=0, sent=0):
         """Count one message of the protocol (gradient, parameters or grant) and its bytes."""
@@ -705,21 +720,6 @@ class ParameterServer:
             for master in self.followers:
                 self.grant_sends.append(self.comm.Isend(grant, dest=master, tag=GRANT_TAG))
                 self.count_message(sent=grant.nbytes)
-
-    def send_snapshot(self):
-        """End of an epoch: every owning master's shard to rank 0, which then holds the whole model."""
-        span = self.tracer.begin("snapshot")
-        network = self.network
-        if network.is_root:
-            requests = [self.comm.Irecv(self.parts[master], source=master, tag=SNAPSHOT_TAG)
-                        for master in network.owners if master != 0]
-            self.unpack_shard()
-            self.waiter.all(requests, ("snapshot", network.epoch, None))
-        elif self.owns_parameters:
-            request = self.comm.Isend(self.shard_params, dest=0, tag=SNAPSHOT_TAG)
-            self.waiter.all([request], ("snapshot", network.epoch, 0))
-        self.tracer.end(span)
-
 
     @property
     def tracer(self):
