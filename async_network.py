@@ -25,18 +25,19 @@ copy). Within a node MPICH moves a large message by one copy that the receiver m
 sender's memory (CMA) inside its own MPI calls: a gradient moves while its worker computes, a
 reply during the worker's wait (measured against other ways in docs/async.md):
 
-    worker (two parameter buffers A, B; two gradient buffers)        master
-    compute g_t on A ......... push g_t, pull copy t+1 -> A ------->  apply g_t, reply copy t+1
-    [wait: copy t in B]  ---------------------------------------------------------------------.
-    compute g_t+1 on B ....... push g_t+1, pull copy t+2 -> B ---->  apply g_t+1 (computed on   |
-    [wait: copy t+1 in A] <-- (arrived while g_t+1 was computed)      copy t: compensated       |
-                                                                      against it, counted one   |
-                                                                      update staler) <---------'
-    cycle: max(compute, round trip) instead of compute + round trip.
+    worker (parameter buffers A, B; gradient buffers alternate too)   master
+    compute g(t) on copy t-1 (in A)
+    push g(t), post pull of copy t+1 into A  ---- g(t) ------->   apply g(t), against copy t-1
+    wait for copy t (in B), the reply to g(t-1)                   send copy t+1 ---------------.
+    compute g(t+1) on copy t (in B)      (copy t+1 is sent meanwhile)                          |
+    push g(t+1), post pull of copy t+2 into B  -- g(t+1) ---->   apply g(t+1), against copy t  |
+    wait for copy t+1 (in A)  <------------------------------------------------------------------'
+    per mini-batch: max(compute, round trip) instead of compute + round trip
 
 fit calls do_master on the masters and do_worker on the workers (the course skeleton's names);
 both run NeuralNetwork.fit's epochs, with serve_epoch or work_epoch as the epoch's work.
-Every epoch starts with a pull and a worker's last push of an epoch has no pull, so the epoch is
+Every epoch starts with a pull and a worker's last push of an epoch has no pull (pipelined, its
+last two: the last gradient is computed on the copy before), so the epoch is
 a barrier without extra messages and nothing is left posted between epochs. The workers together
 do number_of_batches mini-batches per epoch (the first workers take the remainder). At the end of
 each epoch the masters send rank 0 their shards (SNAPSHOT_TAG): rank 0 reports the accuracy of the
