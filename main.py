@@ -206,6 +206,11 @@ def add_async_arguments(parser):
     parser.add_argument("--lr-rule", choices=["constant", "staleness", "workers"], default="constant",
                         help="factor on a gradient that is tau updates stale: constant 1, "
                              "staleness 1/(1+tau), workers 1/W (default constant)")
+    parser.add_argument("--pipeline", choices=["0", "1", "auto"], default="auto",
+                        help="1: a worker computes its next gradient on the parameters it holds "
+                             "while the fresh ones are in flight (one update staler); 0: it waits "
+                             "for them, the course's algorithm; auto: 1 when every rank has a core "
+                             "of its own, else 0 (default auto)")
     parser.add_argument("--shard", choices=["balanced", "layers"], default="balanced",
                         help="who owns which parameters. balanced: M contiguous shards of equal "
                              "parameter count; layers: the course's whole layers, round robin "
@@ -240,7 +245,8 @@ def build_network(args, seed):
                                         compensation=args.compensation,
                                         max_staleness=args.max_staleness, lr_rule=args.lr_rule,
                                         wait=args.wait, stall_timeout=args.stall_timeout,
-                                        shard=args.shard)
+                                        shard=args.shard,
+                                        pipeline=args.pipeline if args.pipeline == "auto" else int(args.pipeline))
     raise NotImplementedError(f"mode {args.mode} is not available yet")
 
 

@@ -2,6 +2,14 @@
 
     python3 bench/async_bench.py [--masters 1,2,4] [--workers 1,2,4,6,8,12] [--batches 632]
                                  [--variants default,unbounded] [--csv bench/async.csv]
+    python3 bench/async_bench.py --pipelines 0,1 [--configs 1x2,2x4,2x8,4x8] [--repeats 3]
+
+--pipelines: the worker waiting for its pull (0, the course's algorithm) against the pipelined
+worker (1). Each repeat r runs the whole default experiment (`main.py`, 5 epochs, seed r + 1) once
+serially and once per configuration M x P and depth, in that order, so the variants interleave;
+the table gives medians over the repeats of the time against serial's (ratio within each repeat),
+the worker's compute and wait per mini-batch, the master's service time (mean over the masters),
+the mean staleness and the test accuracy. Writes bench/async_pipeline.csv and .json.
 
 For every (variant, masters, workers) it launches `mpiexec -n M+W python3 bench/async_bench.py
 --child ...` with one BLAS thread per rank. The child trains the default network on MNIST for a
@@ -88,6 +96,76 @@ def row(variant, masters, workers, record):
             "staleness_histogram": " ".join(map(str, histogram))}
 
 
+def run_main(arguments, processes, seed):
+    """One `main.py` run (under mpiexec when processes > 1) with --json -> its record."""
+    record = os.path.join(PROJECT_DIR, "bench", f".pipeline_run_{os.getpid()}.json")
+    command = [sys.executable, os.path.join(PROJECT_DIR, "main.py"), *arguments, "--seed", str(seed),
+               "--json", record]
+    if processes > 1:
+        command = [mpiexec_command(), "-n", str(processes), *command]
+    result = subprocess.run(command, cwd=PROJECT_DIR, capture_output=True, text=True, timeout=1800)
+    if result.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(command)}\n{result.stderr}")
+    with open(record) as f:
+        data = json.load(f)
+    os.remove(record)
+    return data
+
+
+def median(values):
+    """The median of a list of numbers (the middle one of 3)."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def pipeline_row(masters, processes, depth, runs):
+    """Medians over the repeats of one configuration's figures."""
+    stats = [run["statistics"] for run in runs]
+    services = [[t for t in s["master_service_time"] if t is not None] for s in stats]
+    return {"masters": masters, "processes": processes, "pipeline": depth,
+            "time_vs_serial": round(median([run["time"] / run["serial_time"] for run in runs]), 3),
+            "time": round(median([run["time"] for run in runs]), 3),
+            "compute_ms": round(median([s["worker_compute_per_batch"] * 1e3 for s in stats]), 3),
+            "wait_ms": round(median([s["worker_wait_per_batch"] * 1e3 for s in stats]), 3),
+            "service_ms": round(median([sum(t) / len(t) * 1e3 for t in services]), 3),
+            "staleness_mean": round(median([s["staleness_mean"] for s in stats]), 2),
+            "accuracy": median([run["test_accuracy"] for run in runs]),
+            "serial_accuracy": median([run["serial_accuracy"] for run in runs])}
+
+
+def pipelines(args):
+    """Depth 0 against depth 1 on the whole default experiment, interleaved; print and write the table."""
+    configs = [tuple(map(int, config.split("x"))) for config in args.configs.split(",")]
+    depths = [int(depth) for depth in args.pipelines.split(",")]
+    runs = {(m, p, d): [] for m, p in configs for d in depths}
+    for repeat in range(args.repeats):
+        seed = repeat + 1
+        serial = run_main(["serial"], 1, seed)
+        for masters, processes in configs:
+            for depth in depths:
+                run = run_main(["async", str(masters), "--pipeline", str(depth)], processes, seed)
+                run.update(serial_time=serial["time"], serial_accuracy=serial["test_accuracy"])
+                runs[masters, processes, depth].append(run)
+                print(f"  seed {seed} M={masters} P={processes} pipeline {depth}: {run['time']:.2f} s "
+                      f"(serial {serial['time']:.2f} s), {run['test_accuracy']} %", file=sys.stderr, flush=True)
+    rows = [pipeline_row(m, p, d, runs[m, p, d]) for m, p in configs for d in depths]
+    print(f"main.py, default experiment, medians of {args.repeats} runs (seeds 1-{args.repeats}), "
+          f"{os.cpu_count()} cores, one BLAS thread per rank")
+    print(f"{'M':>2} {'P':>3} {'pipeline':>8} {'time/serial':>11} {'compute ms':>10} {'wait ms':>8} "
+          f"{'service ms':>10} {'staleness':>9} {'accuracy':>8} {'serial acc':>10}")
+    for r in rows:
+        print(f"{r['masters']:>2} {r['processes']:>3} {r['pipeline']:>8} {r['time_vs_serial']:>11.2f} "
+              f"{r['compute_ms']:>10.3f} {r['wait_ms']:>8.3f} {r['service_ms']:>10.3f} "
+              f"{r['staleness_mean']:>9.2f} {r['accuracy']:>8.2f} {r['serial_accuracy']:>10.2f}")
+    write_csv(os.path.join(PROJECT_DIR, "bench", "async_pipeline.csv"), rows)
+    with open(os.path.join(PROJECT_DIR, "bench", "async_pipeline.json"), "w") as f:
+        json.dump({"cores": os.cpu_count(), "repeats": args.repeats, "rows": rows,
+                   "runs": {f"{m}x{p} pipeline {d}": [{k: v for k, v in run.items() if k != "settings"}
+                                                      for run in rs]
+                            for (m, p, d), rs in runs.items()}}, f, indent=1)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--masters", default="1,2,4", help="numbers of masters (default 1,2,4)")
@@ -96,12 +174,17 @@ def main():
     parser.add_argument("--variants", default="default,unbounded", help=f"of {', '.join(VARIANTS)}")
     parser.add_argument("--csv", default=os.path.join(PROJECT_DIR, "bench", "async.csv"))
     parser.add_argument("--json", default=os.path.join(PROJECT_DIR, "bench", "async.json"))
+    parser.add_argument("--pipelines", help="depths to compare on the whole experiment, e.g. 0,1")
+    parser.add_argument("--configs", default="1x2,2x4,2x8,4x8", help="MxP pairs (with --pipelines)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per variant (with --pipelines)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--variant", default="default", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         args.masters = int(args.masters)
         return child(args)
+    if args.pipelines:
+        return pipelines(args)
     serial = serial_steps_per_second(args.batches)
     rows, records = [], []
     for variant in args.variants.split(","):

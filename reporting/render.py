@@ -187,6 +187,7 @@ def async_compare(r, f):
     f.update(async_compare_rows=rows, async_first=first, async_ratio=(min(e["vs_serial"] for e in rows),
                                                                       max(e["vs_serial"] for e in rows)),
              async_wait_dominates=greater(first.get("worker_wait_per_batch"), first.get("worker_compute_per_batch")),
+             async_pipelined=bool(first.get("pipeline")),
              async_gap=max(abs(e["gap"]) for e in rows))
     columns = ("sync ring strong", "sync ring weak", "sync ring weak capped", "async 2m", "async 4m")
     accuracy = {(e["label"], e["workers"]): e["test_accuracy"] for label in columns for e in r.series(label)}
@@ -255,7 +256,8 @@ def split(r, f):
                     serving=sum(1 for size in e["shard_sizes"] if size)) for e in r.entries("split")]
     one = next(e for e in entries if e["masters"] == 1)
     for e in entries:
-        cycle = e["worker_compute_per_batch"] + transfer + e["d_max"]
+        compute, trip = e["worker_compute_per_batch"], transfer + e["d_max"]  # pipelined: they overlap
+        cycle = max(compute, trip) if e.get("pipeline") else compute + trip
         e.update(bound=1 / e["d_max"], predicted_bound=1 / (one["d_max"] * e["share"]), saturation=cycle / e["d_max"],
                  predicted=min(e["workers"] / cycle, 1 / e["d_max"]), messages=2 * e["serving"])
     most = max(e["masters"] for e in entries if e["shard"] == "layers")

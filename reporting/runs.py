@@ -208,7 +208,7 @@ def async_fields(stats):
     mean = lambda values: statistics.fmean(values) if values else None  # noqa: E731
     idle, train_time = stats.get("master_idle_time") or [], stats.get("train_time")
     fields = {key: stats.get(key) for key in ("staleness_mean", "staleness_p90", "staleness_max",
-                                              "compensation", "max_staleness")}
+                                              "compensation", "max_staleness", "pipeline")}
     updates = mean(stats.get("updates_per_master") or [])
     return dict(fields, steps=updates and round(updates),
                 master_idle_fraction=mean(idle) / train_time if idle and train_time else None,

@@ -37,7 +37,7 @@ def assembled(network):
     A master's shard_params holds its ranges of the flat buffer (network.segments) one after the
     other; a place no master owns stays NaN, so it can never equal a model.
     """
-    mine = network.shard_params.copy() if network.is_master else None
+    mine = network.role.shard_params.copy() if network.is_master else None
     pieces = network.comm.gather(mine, root=0)
     if not network.is_root:
         return None
@@ -66,7 +66,7 @@ def run(comm, masters, batches, data, **extra):
               "staleness_max_per_master": stats["staleness_max_per_master"],
               "epochs_reported": len(network.history),
               "root_holds_assembled_model": bool(np.array_equal(whole, network.params))}
-    if network.num_workers == 1:
+    if network.num_workers == 1 and network.pipeline == 0:
         result["difference_from_serial"] = difference_from_serial(network, settings(batches), data)
     return result
 
@@ -77,16 +77,21 @@ def main():
     results = []
     for masters in range(1, min(3, world.size - 1) + 1):
         workers = world.size - masters
-        for batches in sorted({7, workers - 1, 0}):  # uneven; fewer batches than workers; none
-            results.append(run(world, masters, batches, data))  # the defaults
-        results.append(run(world, masters, 9, data, max_staleness=0))
-        results.append(run(world, masters, 9, data, max_staleness=1, lr_rule="staleness"))
-        results.append(run(world, masters, 9, data, max_staleness=None, compensation=0.0))
+        for pipeline in (0, 1):
+            for batches in sorted({7, workers - 1, 0}):  # uneven; fewer batches than workers; none
+                results.append(run(world, masters, batches, data, pipeline=pipeline))
+            results.append(run(world, masters, 9, data, max_staleness=1, lr_rule="staleness",
+                               pipeline=pipeline))
+            results.append(run(world, masters, 9, data, max_staleness=None, compensation=0.0,
+                               pipeline=pipeline))
+        results.append(run(world, masters, 9, data, max_staleness=0, pipeline=0))
     for masters in (1, 2):  # one worker: must be the serial network, whatever the options
         group = world.Split(0 if world.rank <= masters else MPI.UNDEFINED, world.rank)
         if group != MPI.COMM_NULL:
-            for options in ({}, {"max_staleness": None, "lr_rule": "workers"},
-                            {"max_staleness": 0, "compensation": 0.0, "lr_rule": "staleness"}):
+            for options in ({"pipeline": 0}, {"max_staleness": None, "lr_rule": "workers", "pipeline": 0},
+                            {"max_staleness": 0, "compensation": 0.0, "lr_rule": "staleness",
+                             "pipeline": 0},
+                            {"pipeline": 1}):  # one update stale: not serial, counted below
                 results.append(run(group, masters, 7, data, **options))
             group.Free()
     if world.rank == 0:

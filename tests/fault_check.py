@@ -33,7 +33,7 @@ def inject(fault):
         fail_after(network.NeuralNetwork, "forward_prop", 5)
     elif fault == "master":
         import async_network
-        fail_after(async_network.AsynchronicNeuralNetwork, "apply_gradient", 5)
+        fail_after(async_network.ParameterServer, "apply_gradient", 5)
     elif fault == "evaluate":
         fail_after(network.NeuralNetwork, "validate", 0)
     elif fault == "data":

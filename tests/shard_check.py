@@ -47,7 +47,7 @@ def run(comm, masters, batches, data, **extra):
               "epochs_reported": len(network.history),
               "root_holds_assembled_model": bool(np.array_equal(whole, network.params)),
               "every_rank_holds_the_model": len(set(models)) == 1}
-    if network.num_workers == 1:
+    if network.num_workers == 1 and network.pipeline == 0:
         result["difference_from_serial"] = difference_from_serial(network, settings(batches), data)
     return result
 
@@ -56,10 +56,11 @@ def main():
     world, masters = MPI.COMM_WORLD, int(sys.argv[1])
     data = synthetic_digits(pixels=SIZES[0])
     results = [run(world, masters, 300, data),  # the defaults: compensation, bound 3
+               run(world, masters, 300, data, pipeline=1),
                run(world, masters, 7, data, max_staleness=None, compensation=0.0)]
     group = world.Split(0 if world.rank <= masters else MPI.UNDEFINED, world.rank)
     if group != MPI.COMM_NULL:  # one worker: must be the serial network, whatever the options
-        for options in ({}, {"max_staleness": None, "lr_rule": "workers"}):
+        for options in ({"pipeline": 0}, {"max_staleness": None, "lr_rule": "workers", "pipeline": 0}):
             results.append(run(group, masters, 9, data, **options))
         group.Free()
     if world.rank == 0:

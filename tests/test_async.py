@@ -1,5 +1,6 @@
 """The asynchronous parameter server: serial equivalence, update counts, whole model on rank 0, errors."""
 import json
+import os
 import re
 import time
 
@@ -34,11 +35,13 @@ def test_every_split_ends_with_the_expected_updates(processes):
         if bound is not None:  # strict on master 0, which grants the pulls; with 0 on every master
             assert run["staleness_max_per_master"][0] <= bound, name
             assert bound > 0 or max(run["staleness_max_per_master"]) == 0, name
-        if workers == 1:  # no staleness: exactly the serial network's steps, bit for bit
+        if workers == 1 and run["pipeline"] == 0:  # exactly the serial network's steps, bit for bit
             assert max(run["staleness_max_per_master"]) == 0, name
             assert run["difference_from_serial"] == 0.0, name
+        elif workers == 1 and batches > 1:  # pipelined: each gradient but the first one update late
+            assert max(run["staleness_max_per_master"]) == 1, name
     one_worker = [run for run in runs if len(run["batches_per_worker"]) == 1]
-    assert len(one_worker) >= 6  # at least the sub-communicator runs: M = 1 and 2, three lr rules
+    assert len(one_worker) >= 8  # at least the sub-communicator runs: M = 1 and 2, four settings
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +60,8 @@ def test_main_async_prints_once_from_rank_zero(tmp_path, data):
     stats = json.loads(record.read_text())["statistics"]
     assert stats["updates_per_master"] == [20, 20] and stats["batches_per_worker"] == [10, 10]
     assert (stats["compensation"], stats["max_staleness"], stats["lr_rule"]) == (4.0, 3, "constant")
+    # --pipeline auto: pipelined only when each of the 4 ranks has a core of its own
+    assert stats["pipeline"] == int(len(os.sched_getaffinity(0)) >= 4)
     assert sum(stats["staleness_histogram"]) == 40
     assert stats["shard_bounds"] == [0, 6365, 12730]  # 784*16+16+16*10+10 = 12730 halved
 
@@ -89,7 +94,7 @@ def test_layers_sharding_trains_even_with_a_master_owning_nothing(processes, mas
     result = run_mpi(processes, "tests/shard_check.py", masters)
     assert result.returncode == 0, result.stderr
     runs = json.loads(result.stdout)
-    assert len(runs) == 4
+    assert len(runs) == 5  # the defaults, pipeline 1 and 0; plain async SGD; one worker twice
     for run in runs:
         name = json.dumps({k: v for k, v in run.items() if k != "statistics"})
         stats = run["statistics"]
@@ -108,7 +113,7 @@ def test_layers_sharding_trains_even_with_a_master_owning_nothing(processes, mas
         assert run["epochs_reported"] == EPOCHS_SHARD, name
         if run.get("max_staleness", 3) is not None:
             assert stats["staleness_max_per_master"][owners[0]] <= 3, name  # the leader's bound
-        if len(stats["batches_per_worker"]) == 1:
+        if len(stats["batches_per_worker"]) == 1 and run.get("pipeline") == 0:
             assert run["difference_from_serial"] == 0.0, name
         elif run["batches"] == 300:
             assert run["accuracy"] > 0.5, name  # 10 classes: chance is 0.1
@@ -125,7 +130,7 @@ def test_main_async_layers_json_says_who_owns_what(tmp_path, data):
     record = tmp_path / "run.json"
     result = run_mpi(5, "main.py", "async", "2", "--shard", "layers", "--epochs", "2", "--batches",
                      "10", "--layers", "784,16,8,10", "--seed", "3", "--data-dir", data,
-                     "--json", record)
+                     "--json", record, "--pipeline", "0")  # one reply per update: exact counts
     assert result.returncode == 0, result.stderr
     stats = json.loads(record.read_text())["statistics"]
     sizes = [16 * 8 + 8, 784 * 16 + 16 + 8 * 10 + 10]  # master 0: layer 2; master 1: layers 1, 3
@@ -145,13 +150,15 @@ def test_main_async_layers_json_says_who_owns_what(tmp_path, data):
 def test_main_async_balanced_is_the_default_and_records_its_shards(tmp_path, data):
     record = tmp_path / "run.json"
     result = run_mpi(4, "main.py", "async", "2", "--epochs", "1", "--batches", "6", "--layers",
-                     "784,16,10", "--seed", "3", "--data-dir", data, "--unbounded", "--json", record)
+                     "784,16,10", "--seed", "3", "--data-dir", data, "--unbounded", "--json", record,
+                     "--pipeline", "1")
     assert result.returncode == 0, result.stderr
     stats = json.loads(record.read_text())["statistics"]
     assert stats["shard"] == "balanced" and stats["shard_sizes"] == [6365, 6365]
     assert stats["shard_layers"] == [[1], [1, 2]]  # the cut falls inside layer 1 (12,560 parameters)
     assert stats["master_bytes_received_per_update"] == [8 * 6365] * 2  # no grants when unbounded
-    assert stats["master_messages_per_update"] == [2, 2]
+    # Pipelined: each worker's 3 gradients are computed on copies 0, 0, 1: 2 pulls.
+    assert stats["pipeline"] == 1 and stats["master_messages_per_update"] == [(6 + 4) / 6] * 2
 
 
 def test_bad_shard_value_gives_one_line_and_exit_code_2(data):
@@ -159,3 +166,25 @@ def test_bad_shard_value_gives_one_line_and_exit_code_2(data):
     assert result.returncode == 2
     assert "--shard" in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize("pipeline, expected", [("0", 0), ("1", 1), ("auto", None)])
+def test_main_async_pipeline_option_is_recorded_and_auto_follows_the_cores(tmp_path, data, pipeline,
+                                                                         expected):
+    """2 ranks: --pipeline 0 and 1 as asked; auto pipelines when both ranks have a core each."""
+    record = tmp_path / "run.json"
+    result = run_mpi(2, "main.py", "async", "1", "--epochs", "1", "--batches", "5", "--layers",
+                     "784,16,10", "--seed", "3", "--data-dir", data, "--json", record,
+                     "--pipeline", pipeline)
+    assert result.returncode == 0, result.stderr
+    stats = json.loads(record.read_text())["statistics"]
+    if expected is None:
+        expected = int(len(os.sched_getaffinity(0)) >= 2)
+    assert stats["pipeline"] == expected and stats["updates_per_master"] == [5]
+    assert stats["staleness_max"] == expected  # one worker: pipelined gradients are one update late
+
+
+def test_pipeline_with_max_staleness_zero_is_refused(data):
+    result = run_mpi(2, "main.py", "async", "1", "--max-staleness", "0", "--pipeline", "1",
+                     "--data-dir", data, timeout=60)
+    assert result.returncode != 0 and "pipeline 0" in result.stderr, result.stderr

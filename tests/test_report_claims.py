@@ -324,3 +324,28 @@ def test_the_rules_own_weak_run_is_compared_with_the_best_strong_run(tmp_path, w
     report = text(tmp_path, sync_time=2.5, weak_time=weak_time)
     assert f"the best weak run reached {2.0 / weak_time:.2f}× (P = 2), {verdict} the best strong run;" in report
     assert "took 0.1 ms against 0.0333 ms per step." in report  # 3 ms and 1 ms over 30 steps
+
+
+@pytest.mark.parametrize("pipeline, words", [(0, "a chain: compute, push the gradient, pull the fresh shards"),
+                                             (1, "pipelined (`--pipeline 1`): it computes the next gradient while")])
+def test_q6_describes_the_worker_cycle_the_runs_used(tmp_path, pipeline, words):
+    """A pipelined worker overlaps its compute with the round trip; the course's algorithm chains them."""
+    runs = matrix()
+    for run in runs:
+        if run["mode"] == "async":
+            run["pipeline"] = pipeline
+    results = fake_results(tmp_path / "out", runs)
+    assert words in " ".join(render(results).split())
+
+
+def test_pipelined_split_runs_cycle_through_the_larger_of_compute_and_round_trip(tmp_path):
+    """Z = max(compute, push and pull + D_max) pipelined, instead of their sum: W* = Z / D_max."""
+    transfer = 2 * (ALPHA + 109386 * BETA)
+    runs = matrix()
+    for run in runs:
+        if run["mode"] == "split":
+            run.update(pipeline=1, worker_compute_per_batch=5e-3)  # compute longer than the round trip
+    figures_, _ = figures(fake_results(tmp_path / "out", runs))
+    one = figures_["split_one"]
+    assert one["saturation"] == pytest.approx(max(5e-3, transfer + one["d_max"]) / one["d_max"])
+    assert one["saturation"] == pytest.approx(5.0)  # D = 1 ms: compute alone sets the cycle
