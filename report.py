@@ -33,12 +33,12 @@ from utils import load_mnist, write_csv  # noqa: E402
 __all__ = ["main", "parse_args", "run_all"]
 
 PROJECT_DIR = os.path.dirname(os.path.abspath(__file__))
-DEFAULTS = dict(processes=[2, 4, 8, 16], async_runs=[(2, 4), (2, 8), (4, 8), (4, 16)],
+DEFAULTS = dict(processes=[2, 4, 8, 16], async_runs=[(1, 2), (2, 4), (2, 8), (4, 8), (4, 16)],
                 split_masters=[1, 2, 4], split_workers=4,
                 async_variants=list(ASYNC_VARIANTS), allreduce_processes=[2, 4, 8],
                 allreduce_sizes=",".join(f"2^{k}" for k in range(12, 22)), allreduce_repeats=20, compute_repeats=300,
                 epochs=5, batches=632, timeout=2400, trace_steps="100:106", out=os.path.join(PROJECT_DIR, "results"))
-QUICK = dict(DEFAULTS, processes=[2, 4], async_runs=[(2, 3), (2, 4)], allreduce_processes=[2, 4], split_workers=2,
+QUICK = dict(DEFAULTS, processes=[2, 4], async_runs=[(1, 2), (2, 3), (2, 4)], allreduce_processes=[2, 4], split_workers=2,
              allreduce_sizes="2^10,2^12,2^14,2^16", allreduce_repeats=3, compute_repeats=20, epochs=2, batches=30,
              timeout=120, out=os.path.join(PROJECT_DIR, "results", "quick"))
 
@@ -133,7 +133,7 @@ def parse_args(argv=None):
     add("--quick", action="store_true", help="tiny settings (2 epochs of 30 mini-batches, P <= 4) into results/quick/")
     add("--processes", type=comma_list(positive, "positive integers"), help="sync process counts (default 2,4,8,16)")
     add("--async-runs", type=comma_list(masters_by_processes, "MxP with 1 <= M < P"), metavar="MxP,...",
-        help="masters x processes (default 2x4,2x8,4x8,4x16)")
+        help="masters x processes (default 1x2,2x4,2x8,4x8,4x16)")
     add("--allreduce-processes", type=comma_list(positive, "positive integers"),
         help="process counts for allreduce_test.py (default 2,4,8)")
     add("--epochs", type=int, help="epochs per training run (default 5)")

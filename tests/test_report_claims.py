@@ -327,15 +327,16 @@ def test_the_rules_own_weak_run_is_compared_with_the_best_strong_run(tmp_path, w
 
 
 @pytest.mark.parametrize("pipeline, words", [(0, "a chain: compute, push the gradient, pull the fresh shards"),
-                                             (1, "pipelined (`--pipeline 1`): it computes the next gradient while")])
+                                             (1, "pipelined (`--pipeline auto`{} a core per rank): it computes the next gradient while")])
 def test_q6_describes_the_worker_cycle_the_runs_used(tmp_path, pipeline, words):
-    """A pipelined worker overlaps its compute with the round trip; the course's algorithm chains them."""
+    """A pipelined worker overlaps its compute with the round trip; the course's algorithm chains them (both texts)."""
     runs = matrix()
     for run in runs:
         if run["mode"] == "async":
             run["pipeline"] = pipeline
     results = fake_results(tmp_path / "out", runs)
-    assert words in " ".join(render(results).split())
+    assert words.format(" with") in " ".join(render(results).split())
+    assert words.format(",") in " ".join(render(results, pdf=True).split())
 
 
 def test_pipelined_split_runs_cycle_through_the_larger_of_compute_and_round_trip(tmp_path):
