@@ -2,7 +2,7 @@
 
 Usage:
     python3 report.py                      # the whole matrix, 5 epochs: about 6 minutes on 2 cores
-    python3 report.py --repeats 3          # each configuration 3 times, tables of medians: about 17 minutes
+    python3 report.py --repeats 3          # each configuration 3 times, tables of medians: about 19 minutes
     python3 report.py --quick              # tiny settings, P <= 4, into results/quick/ (under a minute)
     python3 report.py --report-only        # refit the model, redraw the plots, REPORT.md and hw3.pdf from --out's CSVs
 

@@ -41,11 +41,11 @@ def test_quick_run_writes_csvs_plots_and_every_answer(tmp_path):
     out = tmp_path / "out"
     result = run_python("report.py", "--quick", "--out", out, "--data-dir", data, timeout=QUICK_TIMEOUT)
     assert result.returncode == 0, result.stderr
-    total = 1 + 1 + 14 + 4 + 5 + 2 + 5  # micro-benchmark, serial, sync, async, master splits, allreduce_test, traces
+    total = 1 + 1 + 14 + 6 + 5 + 2 + 5  # micro-benchmark, serial, sync, async, master splits, allreduce_test, traces
     assert re.search(rf"\[#+\] {total}/{total}", result.stderr), result.stderr  # the progress bar ended
     with open(out / "runs.csv", newline="") as f:
         runs = list(csv.DictReader(f))
-    assert [r["mode"] for r in runs] == (["serial"] + ["sync"] * 14 + ["async"] * 4 + ["split"] * 5
+    assert [r["mode"] for r in runs] == (["serial"] + ["sync"] * 14 + ["async"] * 6 + ["split"] * 5
                                          + ["allreduce_test"] * 2)
     for row in runs:
         if row["mode"] == "serial" or (row["mode"] == "sync" and row["exchange"] == "gradients"):
@@ -62,7 +62,7 @@ def test_quick_run_writes_csvs_plots_and_every_answer(tmp_path):
     section = lambda n: text[text.index(f"## {n}. "):text.index(f"## {n + 1}. ")]  # noqa: E731
     assert re.search(r"```text\n\$ python3 main\.py serial .*\nEpoch 1, accuracy [\d.]+ %\.\n", section(3))
     assert "```text\n$ mpiexec -n 2 python3 main.py sync --allreduce ring --scaling strong" in section(3)
-    assert "```text\n$ mpiexec -n 4 python3 main.py async 2 " in section(6)
+    assert "```text\n$ mpiexec -n 2 python3 main.py async 1 " in section(6)
     assert "```text\n$ mpiexec -n 2 python3 allreduce_test.py --sizes" in section(11)
     assert not any(line.startswith("$ ") and "--json" in line for line in text.splitlines())  # the record's path
     assert prose_words(text) <= PROSE_WORDS
@@ -70,7 +70,7 @@ def test_quick_run_writes_csvs_plots_and_every_answer(tmp_path):
         assert (f"]({trace['png']})" in text) == bool(trace["png"]), stem
     pdf = check_pdf(out)  # console excerpts in 3, 6 and 11, copied from the runs' records
     for command in ("$ python3 main.py serial ", "$ mpiexec -n 2 python3 main.py sync --allreduce ring",
-                    "$ mpiexec -n 3 python3 main.py async 2 ", "$ mpiexec -n 4 python3 allreduce_test.py --sizes"):
+                    "$ mpiexec -n 2 python3 main.py async 1 ", "$ mpiexec -n 4 python3 allreduce_test.py --sizes"):
         assert command in pdf, command
 
 
@@ -106,7 +106,7 @@ def test_matrix_includes_factor_runs_and_the_async_variants():
     assert command[command.index("main.py") + 1:][:4] == ["async", "2", "--shard", "layers"]
     plain = next(e for e in matrix if e.async_variant == "plain")
     command = main_command(plain, options, 1, "r.json")
-    assert command[command.index("main.py") + 1:][:5] == ["async", "2", "--unbounded", "--compensation", "0"]
+    assert command[command.index("main.py") + 1:][:5] == ["async", "1", "--unbounded", "--compensation", "0"]
     assert report.parse_args(["--async-runs", "2x4,4X16"]).async_runs == [(2, 4), (4, 16)]
     bound = report.parse_args(["--quick", "--mpiexec-args=-bind-to core"])  # one core per rank (docs/model.md)
     assert main_command(plain, bound, 1, "r.json")[1:5] == ["-bind-to", "core", "-n", str(plain.processes)]

@@ -235,7 +235,7 @@ def test_master_split_is_called_helpful_and_layers_faster_or_slower_as_measured(
     assert f"at M = 4 layers ran **{layers}** than balanced ({layered:,} against {balanced:,} updates" in report
     # The bound follows the busiest master: D = 1 ms for all parameters, so 1/D_max from the shard sizes.
     assert "| 4 | layers | 8* | 0 / 100,480 / 8,256 / 650 | 92 % |" in report
-    assert "one layer holds 92 % of the parameters, so its master keeps almost all of the work (bound 1,089)" in report
+    assert "one layer holds 92 % of the parameters, so its master keeps almost all the work (bound 1,089)" in report
     assert "so the bound rises to 4,000" in report
 
 
@@ -322,8 +322,16 @@ def test_console_output_is_quoted_from_the_runs_own_files(tmp_path):
 def test_the_rules_own_weak_run_is_compared_with_the_best_strong_run(tmp_path, weak_time, verdict):
     """Both weak series take weak_time; strong P = 2 takes 2.5 s (0.80×): the rule's run is named either way."""
     report = text(tmp_path, sync_time=2.5, weak_time=weak_time)
-    assert f"the best weak run reached {2.0 / weak_time:.2f}× (P = 2), {verdict} the best strong run;" in report
-    assert "took 0.1 ms against 0.0333 ms per step." in report  # 3 ms and 1 ms over 30 steps
+    assert f"the best weak run reached {2.0 / weak_time:.2f}× (sync ring weak, P = 2), {verdict} the best strong run;" in report
+    assert "took 0.1 ms per step against plain SGD's 0.0333 ms." in report  # 3 ms and 1 ms over 30 steps
+
+
+def test_the_rules_best_weak_run_may_be_one_exchanging_factors(tmp_path):
+    """main.py's weak default exchanges factors at P = 2: the rule's best run is looked for over every exchange."""
+    runs = matrix(sync_time=2.5, weak_time=1.5) + [sync_row("sync ring weak factors", 2, 1.0, "weak", 92.0,
+                                                            update_time=3e-3)]
+    report = " ".join(render(fake_results(tmp_path / "out", runs)).split())
+    assert "the best weak run reached 2.00× (sync ring weak factors, P = 2), also ahead of" in report
 
 
 @pytest.mark.parametrize("pipeline, words", [(0, "a chain: compute, push the gradient, pull the fresh shards"),
