@@ -257,8 +257,8 @@ def split(r, f):
                     serving=sum(1 for size in e["shard_sizes"] if size)) for e in r.entries("split")]
     one = next(e for e in entries if e["masters"] == 1)
     for e in entries:
-        compute, trip = e["worker_compute_per_batch"], transfer + e["d_max"]  # pipelined: they overlap
-        cycle = max(compute, trip) if e.get("pipeline") else compute + trip
+        compute, pull = e["worker_compute_per_batch"], transfer / 2  # MPICH: the receiver copies the pull
+        cycle = (max(compute, pull + e["d_max"]) if e.get("pipeline") else compute + pull + e["d_max"]) + pull
         e.update(bound=1 / e["d_max"], predicted_bound=1 / (one["d_max"] * e["share"]), saturation=cycle / e["d_max"],
                  predicted=min(e["workers"] / cycle, 1 / e["d_max"]), messages=2 * e["serving"])
     most = max(e["masters"] for e in entries if e["shard"] == "layers")

@@ -335,7 +335,7 @@ def test_the_rules_best_weak_run_may_be_one_exchanging_factors(tmp_path):
 
 
 @pytest.mark.parametrize("pipeline, words", [(0, "a chain: compute, push the gradient, pull the fresh shards"),
-                                             (1, "pipelined (`--pipeline auto`{} a core per rank): it computes the next gradient while")])
+                                             (1, "pipelined (`--pipeline auto`{} a core per rank): it computes the next gradient while its push and the update")])
 def test_q6_describes_the_worker_cycle_the_runs_used(tmp_path, pipeline, words):
     """A pipelined worker overlaps its compute with the round trip; the course's algorithm chains them (both texts)."""
     runs = matrix()
@@ -348,7 +348,7 @@ def test_q6_describes_the_worker_cycle_the_runs_used(tmp_path, pipeline, words):
 
 
 def test_pipelined_split_runs_cycle_through_the_larger_of_compute_and_round_trip(tmp_path):
-    """Z = max(compute, push and pull + D_max) pipelined, instead of their sum: W* = Z / D_max."""
+    """Z = max(compute, push + D_max) + pull pipelined (the worker copies the pull), instead of the sum: W* = Z / D_max."""
     transfer = 2 * (ALPHA + 109386 * BETA)
     runs = matrix()
     for run in runs:
@@ -356,5 +356,5 @@ def test_pipelined_split_runs_cycle_through_the_larger_of_compute_and_round_trip
             run.update(pipeline=1, worker_compute_per_batch=5e-3)  # compute longer than the round trip
     figures_, _ = figures(fake_results(tmp_path / "out", runs))
     one = figures_["split_one"]
-    assert one["saturation"] == pytest.approx(max(5e-3, transfer + one["d_max"]) / one["d_max"])
-    assert one["saturation"] == pytest.approx(5.0)  # D = 1 ms: compute alone sets the cycle
+    assert one["saturation"] == pytest.approx((max(5e-3, transfer / 2 + one["d_max"]) + transfer / 2) / one["d_max"])
+    assert one["saturation"] == pytest.approx(5.0 + transfer / 2 / 1e-3)  # D = 1 ms: compute and the pull's copy
