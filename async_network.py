@@ -343,7 +343,6 @@ class AsynchronicNeuralNetwork(NeuralNetwork):
         return self.statistics_record
 
 
-
 class Worker:
     """A worker's part: per mini-batch compute a gradient, push it to the masters, pull parameters.
 

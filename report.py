@@ -38,7 +38,8 @@ DEFAULTS = dict(processes=[2, 4, 8, 16], async_runs=[(1, 2), (2, 4), (2, 8), (4,
                 async_variants=list(ASYNC_VARIANTS), allreduce_processes=[2, 4, 8],
                 allreduce_sizes=",".join(f"2^{k}" for k in range(12, 22)), allreduce_repeats=20, compute_repeats=300,
                 epochs=5, batches=632, timeout=2400, trace_steps="100:106", out=os.path.join(PROJECT_DIR, "results"))
-QUICK = dict(DEFAULTS, processes=[2, 4], async_runs=[(1, 2), (2, 3), (2, 4)], allreduce_processes=[2, 4], split_workers=2,
+QUICK = dict(DEFAULTS, processes=[2, 4], async_runs=[(1, 2), (2, 3), (2, 4)], allreduce_processes=[2, 4],
+             split_workers=2,
              allreduce_sizes="2^10,2^12,2^14,2^16", allreduce_repeats=3, compute_repeats=20, epochs=2, batches=30,
              timeout=120, out=os.path.join(PROJECT_DIR, "results", "quick"))
 

@@ -20,7 +20,6 @@ import sys  # noqa: E402
 import time  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from mpi4py import MPI  # noqa: E402
 
 import async_network  # noqa: E402
 from utils import load_mnist  # noqa: E402

@@ -167,8 +167,8 @@ def runs(r, f):
 def scaling(r, f):
     """Q3-Q4: the fastest strong and weak runs exchanging gradients against serial and each other."""
     strong, weak = best_gradient_run(r, "strong"), best_gradient_run(r, "weak")
-    rule = max((e for e in r.entries("sync") if e["scaling"] == "weak" and "capped" not in e["label"]),  # main.py's rule
-               key=lambda e: e["speedup"], default=None)
+    rules = [e for e in r.entries("sync") if e["scaling"] == "weak" and "capped" not in e["label"]]  # main.py's rule
+    rule = max(rules, key=lambda e: e["speedup"], default=None)
     f.update(strong_run=strong, weak_run=weak, strong_faster=strong["time"] < r.serial["time"],
              gustafson=weak["speedup"] > strong["speedup"], weak_rule_run=rule,
              rule_beats_strong=rule is not None and rule["speedup"] > strong["speedup"])
@@ -257,8 +257,8 @@ def split(r, f):
                     serving=sum(1 for size in e["shard_sizes"] if size)) for e in r.entries("split")]
     one = next(e for e in entries if e["masters"] == 1)
     for e in entries:
-        compute, pull = e["worker_compute_per_batch"], transfer / 2  # MPICH: the receiver copies the pull
-        cycle = (max(compute, pull + e["d_max"]) if e.get("pipeline") else compute + pull + e["d_max"]) + pull
+        compute, push = e["worker_compute_per_batch"], transfer / 2  # a pull costs as much, copied by the worker
+        cycle = (max(compute, push + e["d_max"]) if e.get("pipeline") else compute + push + e["d_max"]) + push
         e.update(bound=1 / e["d_max"], predicted_bound=1 / (one["d_max"] * e["share"]), saturation=cycle / e["d_max"],
                  predicted=min(e["workers"] / cycle, 1 / e["d_max"]), messages=2 * e["serving"])
     most = max(e["masters"] for e in entries if e["shard"] == "layers")

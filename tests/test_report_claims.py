@@ -322,7 +322,8 @@ def test_console_output_is_quoted_from_the_runs_own_files(tmp_path):
 def test_the_rules_own_weak_run_is_compared_with_the_best_strong_run(tmp_path, weak_time, verdict):
     """Both weak series take weak_time; strong P = 2 takes 2.5 s (0.80×): the rule's run is named either way."""
     report = text(tmp_path, sync_time=2.5, weak_time=weak_time)
-    assert f"the best weak run reached {2.0 / weak_time:.2f}× (sync ring weak, P = 2), {verdict} the best strong run;" in report
+    assert (f"the best weak run reached {2.0 / weak_time:.2f}× (sync ring weak, P = 2), {verdict} the best strong run;"
+            in report)
     assert "took 0.1 ms per step against plain SGD's 0.0333 ms." in report  # 3 ms and 1 ms over 30 steps
 
 
@@ -335,7 +336,8 @@ def test_the_rules_best_weak_run_may_be_one_exchanging_factors(tmp_path):
 
 
 @pytest.mark.parametrize("pipeline, words", [(0, "a chain: compute, push the gradient, pull the fresh shards"),
-                                             (1, "pipelined (`--pipeline auto`{} a core per rank): it computes the next gradient while its push and the update")])
+                                             (1, "pipelined (`--pipeline auto`{} a core per rank): it computes the "
+                                                 "next gradient while its push and the update")])
 def test_q6_describes_the_worker_cycle_the_runs_used(tmp_path, pipeline, words):
     """A pipelined worker overlaps its compute with the round trip; the course's algorithm chains them (both texts)."""
     runs = matrix()
@@ -348,7 +350,7 @@ def test_q6_describes_the_worker_cycle_the_runs_used(tmp_path, pipeline, words):
 
 
 def test_pipelined_split_runs_cycle_through_the_larger_of_compute_and_round_trip(tmp_path):
-    """Z = max(compute, push + D_max) + pull pipelined (the worker copies the pull), instead of the sum: W* = Z / D_max."""
+    """Z = max(compute, push + D_max) + pull pipelined (the worker copies the pull), not the sum: W* = Z / D_max."""
     transfer = 2 * (ALPHA + 109386 * BETA)
     runs = matrix()
     for run in runs:
