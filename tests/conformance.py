@@ -1,4 +1,4 @@
-"""What tests/allreduce_check.py and tests/allgather_check.py share: bad calls, digests, the report."""
+"""Helpers of tests/allgather_check.py: bad calls, digests, the report (the allreduce is check_submission.py's)."""
 import hashlib
 import json
 

@@ -1,4 +1,5 @@
 """Shared test helpers: start MPI jobs (always with a timeout) and small synthetic data sets."""
+import json
 import os
 import signal
 import subprocess
@@ -37,6 +38,21 @@ def run_mpi(processes, script, *args, timeout=MPI_TIMEOUT, env=None):
 def run_python(script, *args, timeout=MPI_TIMEOUT, env=None):
     """python `script` `args` without a launcher -> CompletedProcess."""
     return run_command([sys.executable, script, *map(str, args)], timeout=timeout, env=env)
+
+
+def run_checker(*args, timeout=600):
+    """python3 check_submission.py ARGS --json FILE -> (exit code, the JSON record or None, stdout, stderr)."""
+    folder = os.path.join(PROJECT_DIR, ".pytest_cache", "check")
+    os.makedirs(folder, exist_ok=True)
+    record = os.path.join(folder, f"record-{os.getpid()}.json")
+    if os.path.exists(record):
+        os.remove(record)
+    result = run_python("check_submission.py", *args, "--json", record, timeout=timeout)
+    found = None
+    if os.path.exists(record):
+        with open(record) as f:
+            found = json.load(f)
+    return result.returncode, found, result.stdout, result.stderr
 
 
 def rank_pid(marker, rank):

@@ -1,12 +1,12 @@
 """Naive and ring allreduce: chunk bounds, the ring schedule, conformance against MPI, allreduce_test.py."""
 import csv
-import json
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 
-from conftest import run_mpi
+from checking.cases import allreduce_cases, allreduce_sizes
+from conftest import run_checker, run_mpi
 from my_naive_allreduce import allreduce, check_buffers
 from my_ring_allreduce import ring_schedule, ringallreduce, segment_ends
 
@@ -72,13 +72,18 @@ def test_mismatched_buffers_raise_value_error(send, recv):
 
 @pytest.mark.parametrize("processes", [1, 2, 3, 4, 5])
 def test_conformance_against_mpi_allreduce(processes):
-    """One job runs the whole matrix (tests/allreduce_check.py); every case must pass on every rank."""
-    result = run_mpi(processes, "tests/allreduce_check.py", timeout=300)
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
-    sizes = len({1, processes - 1, processes, processes + 1, 1000, 2 ** 16 + 7} - {0})
-    assert report["cases"] == sizes * 4 * 9 * 3 * 2 + 8
-    assert report["failures"] == [], "\n".join(report["failures"][:20])
+    """check_submission.py's allreduce checks on our own files, with this project's stricter contract
+    (check_submission.py --matrix contract: MPI's ops and ufuncs too, 1-3-D, int32, unusual buffers,
+    bad calls raising ValueError before any message): every case agrees and follows the rules."""
+    code, record, stdout, _ = run_checker(".", "--only", "naive,ring", "--matrix", "contract",
+                                          "--processes", processes)
+    assert code == 0, stdout
+    found = {entry["id"]: entry for entry in record["checks"]}
+    assert {c: e["status"] for c, e in found.items() if e["status"] != "pass"} == (
+        {"naive.volume": "skip", "ring.volume": "skip"} if processes == 1 else {})
+    cases = len(allreduce_cases(processes, ("naive",), "contract"))
+    assert cases == len(allreduce_sizes(processes)) * 4 * 10 * 3 + 12
+    assert found["ring.agrees"]["summary"] == f"P = {processes}: {cases} cases against MPI's Allreduce, all agree"
 
 
 def test_benchmark_agrees_and_counts_bytes_as_predicted(tmp_path):

@@ -1,0 +1,180 @@
+"""Check a student's hw3 against the assignment's rules and this reference, and write a grade sheet.
+
+    python3 check_submission.py DIR                       a working folder: the course's skeleton with the five files
+    python3 check_submission.py hw3.zip --skeleton DIR    the course's submission form, laid over the skeleton
+    python3 check_submission.py subs/*.zip --skeleton DIR --summary grades.csv    many: one CSV row each
+        [--quick | --full] [--processes 2,3,4] [--only ring,sync.replicas] [--timing]
+        [--json PATH] [--sheet PATH] [--timeout SECONDS] [--keep]
+
+The submission is never touched: it runs in a scratch copy, every MPI job under a timeout, with a
+recording communicator that logs every MPI call. What each check means and why the assignment asks
+it: docs/checking.md. Exit status 0 when every required check passes, 1 when one fails, 2 when a
+submission cannot be checked at all (a one-line message says why).
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+from checking.cases import SETTINGS
+from checking.checks import CHECKS, Run, check_all
+from checking.jobs import Scratch, SubmissionError, write_data
+from checking.sheet import markdown, record, write_summary
+
+__all__ = ["main"]
+
+QUICK_PROCESSES, FULL_PROCESSES = (1, 2, 3, 4, 5), (1, 2, 3, 4, 5, 8)
+DEFAULT_TIMEOUT = 10.0  # seconds without any logged progress before a job is declared hung
+JOB_LIMIT = 600.0  # seconds a job may take in all, however busy it is
+
+
+def processes_list(text):
+    try:
+        values = sorted({int(p) for p in text.split(",")})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected process counts such as 2,3,4, got {text!r}") from None
+    if not values or values[0] < 1:
+        raise argparse.ArgumentTypeError(f"process counts must be at least 1, got {text!r}")
+    return values
+
+
+def check_ids(text):
+    items = [item for item in text.split(",") if item]
+    unknown = [i for i in items if not any(c == i or c.startswith(i + ".") for c in CHECKS)]
+    if unknown or not items:
+        named = ", ".join(unknown) if unknown else repr(text)
+        raise argparse.ArgumentTypeError(f"unknown check(s) {named}; the checks: {', '.join(CHECKS)}")
+    return items
+
+
+def positive(kind):
+    def parse(text):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+    return parse
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser(
+        prog="check_submission.py", description="Check a student's hw3 against the assignment's rules and "
+        "this reference; write a grade sheet (docs/checking.md).")
+    parser.add_argument("submissions", nargs="+", metavar="SUBMISSION",
+                        help="a working folder (skeleton and five files) or a zip of the five files and hw3.pdf")
+    parser.add_argument("--skeleton", metavar="DIR", help="the course's skeleton files, under the submission's")
+    depth = parser.add_mutually_exclusive_group()
+    depth.add_argument("--quick", action="store_true", help="the default: allreduce on P = 1-5, sync on 2 and 4")
+    depth.add_argument("--full", action="store_true", help="also P = 8 for the allreduce and sync")
+    parser.add_argument("--processes", type=processes_list, metavar="P,P,...",
+                        help="run only these process counts (the allreduce's list; sync and async runs filtered)")
+    parser.add_argument("--only", type=check_ids, metavar="CHECKS", help="only these checks or groups "
+                        "(files, report, naive, ring, sync, async, timing, or ids such as ring.volume)")
+    parser.add_argument("--timing", action="store_true", help="also time the runs against this reference's")
+    parser.add_argument("--json", metavar="PATH", help="write everything as JSON (a list for several)")
+    parser.add_argument("--sheet", metavar="PATH", help="write the Markdown sheet here (a folder for several)")
+    parser.add_argument("--summary", metavar="CSV", help="write one CSV row per submission")
+    parser.add_argument("--timeout", type=positive(float), default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                        help=f"declare a job hung after this long without progress (default {DEFAULT_TIMEOUT:g})")
+    parser.add_argument("--epochs", type=positive(int), default=SETTINGS["epochs"],
+                        help="epochs of the training runs (the thresholds assume the default, %(default)s)")
+    parser.add_argument("--batches", type=positive(int), default=SETTINGS["number_of_batches"],
+                        help="mini-batches per epoch (the thresholds assume the default, %(default)s)")
+    parser.add_argument("--matrix", choices=("course", "contract"), default="course",
+                        help="contract: this project's stricter allreduce contract (SPEC section 2)")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch folders (their paths are printed)")
+    options = parser.parse_args(argv)
+    if options.skeleton is not None and not os.path.isdir(options.skeleton):
+        parser.error(f"--skeleton {options.skeleton}: no such folder")
+    options.only_processes = options.processes
+    options.processes = options.processes or (FULL_PROCESSES if options.full else QUICK_PROCESSES)
+    options.limit = JOB_LIMIT
+    return options
+
+
+def reproducer(source, options):
+    """-> reproduce(check_id, processes=None): the command that runs one check again alone."""
+    common = [f"python3 check_submission.py {source}"]
+    if options.skeleton:
+        common.append(f"--skeleton {options.skeleton}")
+    for flag, value, default in (("--epochs", options.epochs, SETTINGS["epochs"]),
+                                 ("--batches", options.batches, SETTINGS["number_of_batches"]),
+                                 ("--matrix", options.matrix, "course"), ("--timeout", options.timeout,
+                                                                          DEFAULT_TIMEOUT)):
+        if value != default:
+            common.append(f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
+    if options.full:
+        common.append("--full")
+
+    def reproduce(check_id, processes=None):
+        processes = processes or options.only_processes
+        extra = [f"--processes {','.join(map(str, processes))}"] if processes else []
+        timing = ["--timing"] if check_id == "timing" else []
+        return " ".join(common + [f"--only {check_id}"] + extra + timing)
+    return reproduce
+
+
+def settings_text(options):
+    mode = "full" if options.full else "quick"
+    return (f"{mode}, P = {','.join(map(str, options.processes))}, {options.epochs} epochs of {options.batches} "
+            f"mini-batches, timeout {options.timeout:g} s")
+
+
+def check_one(source, options, data):
+    """Check one submission -> its JSON record and sheet."""
+    start = time.monotonic()
+    scratch = Scratch(source, options.skeleton, data)
+    try:
+        run = Run(scratch, options, reproducer(source, options))
+        checks = check_all(run)
+    finally:
+        if options.keep:
+            print(f"{source}: scratch folder kept at {scratch.root}", file=sys.stderr)
+        else:
+            scratch.remove()
+    seconds = time.monotonic() - start
+    settings = settings_text(options)
+    return (record(scratch.name, source, checks, seconds, settings, run.outcomes),
+            markdown(scratch.name, source, checks, seconds, settings))
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def main(argv=None):
+    options = parse(argv)
+    records, several = [], len(options.submissions) > 1
+    with tempfile.TemporaryDirectory(prefix="hw3-check-data-") as folder:
+        data = write_data(os.path.join(folder, "mnist.npz"))
+        for source in options.submissions:
+            try:
+                entry, sheet = check_one(source, options, data)
+            except SubmissionError as error:
+                print(f"check_submission.py: error: {error}", file=sys.stderr)
+                if not several:
+                    return 2
+                entry = {"submission": os.path.basename(source), "source": source, "verdict": "error",
+                         "failed": [str(error)], "seconds": 0.0, "checks": [], "jobs": []}
+                sheet = None
+            records.append(entry)
+            if sheet is not None and options.sheet:
+                write(os.path.join(options.sheet, entry["submission"] + ".md") if several else options.sheet, sheet)
+            if several:
+                print(f"{source}: {entry['verdict']}" + (f" ({', '.join(entry['failed'])})" if entry["failed"]
+                                                         else "") + f", {entry['seconds']:.0f} s", flush=True)
+            elif sheet is not None:
+                print(sheet, end="")
+    if options.json:
+        write(options.json, json.dumps(records if several else records[0], indent=1) + "\n")
+    if options.summary:
+        write_summary(options.summary, records)
+    return 0 if all(entry["verdict"] == "pass" for entry in records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

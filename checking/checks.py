@@ -1,0 +1,205 @@
+"""The checks: what each one runs, and how it is judged.
+
+A check has an id (`ring.volume`), a title, a status (pass, fail, warn: passes with a remark, skip: not
+run and why, info: not graded), a one-line summary, the details a student needs to act, and the command
+that reproduces it alone. check_all() runs the selected checks on one scratch copy: the files first,
+then the allreduce (allreduce.py), then the training runs (training.py); a module that is missing or
+does not import skips the checks that need it, and nothing else.
+"""
+import dataclasses
+import os
+import re
+
+from checking.jobs import FIVE_FILES, REPORT, Job, run_job
+
+__all__ = ["Check", "CHECKS", "INFORMATION", "Run", "check_all", "selected"]
+
+CHECKS = {  # id -> title, in the sheet's order
+    "files.present": "The five files are in the submission",
+    "files.import": "Each of them imports in the course's skeleton",
+    "report": "hw3.pdf: at most 5 pages, answering questions 1-13",
+    "naive.agrees": "Naive allreduce: MPI's answer on every rank",
+    "naive.rules": "Naive allreduce: point-to-point calls only, non-blocking",
+    "naive.buffers": "Naive allreduce: send left unchanged, recv filled",
+    "naive.volume": "Naive allreduce: (P - 1)n elements sent per process (question 12)",
+    "ring.agrees": "Ring allreduce: MPI's answer on every rank",
+    "ring.rules": "Ring allreduce: point-to-point calls only, non-blocking",
+    "ring.buffers": "Ring allreduce: send left unchanged, recv filled",
+    "ring.volume": "Ring allreduce: 2(P - 1)n/P elements sent per process (question 13)",
+    "sync.completes": "Synchronous runs complete",
+    "sync.replicas": "Synchronous: every rank ends with the same model, bit for bit",
+    "sync.accuracy": "Synchronous: test accuracy within 1.5 points of the serial network's",
+    "sync.split": "Synchronous: the ranks share each mini-batch (rows per step add up to mini_batch_size)",
+    "sync.exchange": "Synchronous: MPI's collective in the collective module; ringallreduce and no collective "
+                     "in the ring module",
+    "async.completes": "Asynchronous runs complete",
+    "async.batches": "Asynchronous: the workers do number_of_batches mini-batches per epoch together",
+    "async.rules": "Asynchronous: only non-blocking point-to-point calls and waits during training",
+    "async.model": "Asynchronous: rank 0 ends with the trained model (within 3 points of serial)",
+    "async.ranks": "Asynchronous: every rank's test accuracy",
+    "timing": "Run times beside this reference's, same machine",
+}
+INFORMATION = ("async.ranks", "timing")  # listed, never graded
+MODULE = {name[:-3]: name for name in FIVE_FILES}  # module -> file
+
+
+@dataclasses.dataclass
+class Check:
+    id: str
+    status: str = "skip"
+    summary: str = ""
+    details: list = dataclasses.field(default_factory=list)
+    command: str = ""
+    cases: list = dataclasses.field(default_factory=list)
+
+    @property
+    def title(self):
+        return CHECKS[self.id]
+
+    @property
+    def required(self):
+        return self.id not in INFORMATION
+
+    def judge(self, failures, summary, warnings=(), details=()):
+        """Set the status from the failures (fail), else the warnings (warn), else pass."""
+        self.status = "fail" if failures else "warn" if warnings else "pass"
+        self.summary = summary
+        self.details = list(failures) + list(warnings) + list(details)
+        return self
+
+    def skip(self, reason):
+        self.status, self.summary = "skip", reason
+        return self
+
+
+def selected(check_id, only):
+    """Whether `check_id` is among `only` (ids or groups such as "ring", "sync"); None: all."""
+    return only is None or any(check_id == item or check_id.startswith(item + ".") for item in only)
+
+
+class Run:
+    """One submission's checking: its scratch copy, the options, every job's outcome, the checks."""
+
+    def __init__(self, scratch, options, reproduce):
+        self.scratch, self.options, self.reproduce = scratch, options, reproduce
+        self.checks = {check_id: Check(check_id) for check_id in CHECKS if selected(check_id, options.only)}
+        self.outcomes = []
+        self.broken = {}  # module -> why it cannot run (missing, or its import error)
+
+    def wants(self, *ids):
+        return any(check_id in self.checks for check_id in ids)
+
+    def job(self, name, task, processes, *arguments, record=True, scratch=None):
+        """Run one driver job under the stall and time limits -> its Outcome (kept for the record)."""
+        outcome = run_job(scratch or self.scratch, Job(name, task, processes, arguments), self.options.timeout,
+                          self.options.limit, record)
+        self.outcomes.append(outcome)
+        return outcome
+
+    def check(self, check_id):
+        """The Check to fill in, or a throwaway one when it was not selected."""
+        check = self.checks.get(check_id, Check(check_id))
+        check.command = check.command or self.reproduce(check_id)
+        return check
+
+    def missing(self, *modules):
+        """Why these modules cannot run (None if they can)."""
+        reasons = [f"{MODULE.get(m, m + '.py')} {self.broken[m]}" for m in modules if m in self.broken]
+        return "; ".join(reasons) or None
+
+
+def check_all(run):
+    """Run every selected check on the submission -> the list of Checks, in the sheet's order."""
+    from checking import allreduce, timing, training
+    check_files(run)
+    if run.wants("report"):
+        check_report(run.check("report"), run.scratch)
+    allreduce.check_allreduce(run)
+    training.check_training(run)
+    if run.wants("timing") and run.options.timing:
+        timing.check_timing(run)
+    elif "timing" in run.checks:
+        run.checks["timing"].skip("not asked for (--timing)")
+    return list(run.checks.values())
+
+
+# ----------------------------------------------------------------------------- files
+
+def check_files(run):
+    """The five files are there and import; a broken one is named with file:line and skips its checks."""
+    present = run.check("files.present")
+    missing = [name for name in FIVE_FILES if name not in run.scratch.submitted]
+    for name in missing:
+        run.broken[name[:-3]] = "is missing"
+    present.judge([f"{name} is missing" for name in missing],
+                  f"{len(FIVE_FILES) - len(missing)} of 5 present" + (f"; missing: {', '.join(missing)}"
+                                                                        if missing else ""))
+    compiled = [name for name in FIVE_FILES if name not in missing and compiles(run, name)]
+    if compiled:
+        outcome = run.job("imports", "imports", len(compiled), "--modules", ",".join(n[:-3] for n in compiled))
+        imported = {record["module"] for rank in outcome.results for record in rank if record.get("imported")}
+        for record in (record for rank in outcome.results for record in rank if "error" in record):
+            run.broken[record["module"]] = f"does not import: {record['at'] or ''}: {record['error']}".replace(
+                "import: : ", "import: ")
+        for name in compiled:
+            if name[:-3] not in imported and name[:-3] not in run.broken:
+                run.broken[name[:-3]] = f"did not finish importing ({outcome.status}): " + "; ".join(outcome.waits)
+    failures = [f"{MODULE[m]} {why}" for m, why in run.broken.items() if why != "is missing"]
+    run.check("files.import").judge(failures, "all import" if not failures else f"{len(failures)} do not import")
+
+
+def compiles(run, name):
+    """Compile one file without running it; a syntax error marks its module broken with file:line."""
+    path = os.path.join(run.scratch.work, name)
+    try:
+        with open(path, "rb") as f:
+            compile(f.read(), name, "exec")
+        return True
+    except (SyntaxError, ValueError) as error:  # ValueError: a null byte in the source
+        line, message = getattr(error, "lineno", None), getattr(error, "msg", error)
+        run.broken[name[:-3]] = f"does not import: {name}:{line}: {type(error).__name__}: {message}"
+        return False
+
+
+# ----------------------------------------------------------------------------- the report
+
+HEADING = re.compile(r"^\s*(?:Q(?:uestion)?\s*)?(\d{1,2})\s*[.):]\s*\S", re.IGNORECASE | re.MULTILINE)
+QUESTIONS = range(1, 14)
+MOST_PAGES = 5
+
+
+def check_report(check, scratch):
+    """hw3.pdf, if submitted: at most 5 pages (pypdf), and headings numbered 1 to 13 in its text, in order."""
+    path = os.path.join(scratch.work, REPORT)
+    if REPORT not in scratch.submitted:
+        return check.skip("no hw3.pdf in the submission")
+    try:
+        import pypdf
+        reader = pypdf.PdfReader(path)
+        pages = len(reader.pages)
+        text = "\n".join(page.extract_text() or "" for page in reader.pages)
+    except ImportError:
+        return check.skip("pypdf is not installed (make check, or pip install -r requirements-dev.txt)")
+    except Exception as error:  # a file that is no PDF is the student's finding, not the checker's crash
+        return check.judge([f"hw3.pdf cannot be read as a PDF: {type(error).__name__}: {error}"], "unreadable")
+    answered = questions_in_order(text)
+    failures = [f"hw3.pdf has {pages} pages, more than the course's {MOST_PAGES}"] if pages > MOST_PAGES else []
+    unanswered = [q for q in QUESTIONS if q not in answered]
+    if not text.strip():
+        failures.append("hw3.pdf has no text layer: its question numbers cannot be read")
+    elif unanswered:
+        failures.append("no numbered heading found for question(s) " + ", ".join(map(str, unanswered))
+                        + " (a line starting '7.', '7)', 'Q7' or 'Question 7', in order)")
+    return check.judge(failures, f"{pages} page(s); questions found: {len(answered)} of 13")
+
+
+def questions_in_order(text):
+    """The question numbers 1-13 found as headings, each after the one before it."""
+    found, position = [], 0
+    for question in QUESTIONS:
+        for match in HEADING.finditer(text, position):
+            if int(match.group(1)) == question:
+                found.append(question)
+                position = match.end()
+                break
+    return found

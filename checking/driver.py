@@ -1,0 +1,312 @@
+"""What runs under mpiexec, inside a scratch copy of the submission (the working directory).
+
+    mpiexec -n P python3 -m checking.driver allreduce --log-dir DIR [--algorithms naive,ring] [--skip 3,17]
+    mpiexec -n P python3 -m checking.driver sync --module sync_network --log-dir DIR
+    mpiexec -n P python3 -m checking.driver async --masters M --log-dir DIR
+    mpiexec -n 5 python3 -m checking.driver serial --log-dir DIR          (rank r trains with SERIAL_SEEDS[r])
+    mpiexec -n 3 python3 -m checking.driver imports --modules a,b,c --log-dir DIR (rank r imports one)
+
+The working directory comes first on sys.path, so `import network` is the submission's (the course's
+skeleton with the student's five files); only the `checking` package comes from this project, through
+PYTHONPATH. MPI starts here, as mpi4py starts it, before the submission is imported; the recording
+communicator (recording.py) then logs every MPI call into DIR/calls.RANK.jsonl, and each rank appends
+what it found to DIR/results.RANK.jsonl as it goes, so a job that is killed still says how far it got.
+Any exception ends the whole job (MPI Abort) after it is written down: the parent reruns what is left.
+The data, the bundled MNIST in the course's form (float pixels in [0, 1], float one-hot labels), comes
+from the file $CHECK_DATA that the parent wrote.
+"""
+import argparse
+import functools
+import hashlib
+import importlib
+import inspect
+import json
+import os
+import sys
+import time
+import traceback
+
+import numpy as np
+from mpi4py import MPI
+
+from checking import recording
+from checking.cases import (ALGORITHMS, BAD_CALLS, CONTRACT_OPS, OPS, SETTINGS, case_input,
+                            allreduce_cases, op_reference, tolerance)
+
+__all__ = ["main"]
+
+WORLD = MPI.COMM_WORLD  # the real communicator, for the driver's own reference calls (never recorded)
+RANK = WORLD.Get_rank()
+SENTINEL = {"f": np.nan, "i": -987654321}  # what recv holds before the call: no result equals it
+
+
+class Results:
+    """This rank's findings, one JSON line each, written as they come."""
+
+    def __init__(self, log_dir):
+        self.fd = os.open(os.path.join(log_dir, f"results.{RANK}.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+
+    def write(self, **record):
+        os.write(self.fd, (json.dumps({"rank": RANK, **record}, default=float) + "\n").encode())
+
+
+def failure(error):
+    """-> (one line, 'file:line function' of the innermost frame in the submission) for an exception."""
+    here = os.path.join(os.getcwd(), "")
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__)
+              if os.path.isabs(frame.filename) and os.path.realpath(frame.filename).startswith(here)]
+    where = f"{os.path.relpath(frames[-1].filename)}:{frames[-1].lineno} {frames[-1].name}" if frames else None
+    if isinstance(error, SyntaxError) and error.filename:
+        where = f"{os.path.basename(error.filename)}:{error.lineno}"
+    return f"{type(error).__name__}: {error}".strip(), where
+
+
+def abort_on_error(results, **context):
+    """Decorator body: run a task; on any exception write it down and end the whole job."""
+    def decorate(task):
+        @functools.wraps(task)
+        def run(*args):
+            try:
+                return task(*args)
+            except BaseException as error:  # noqa: B902 - SystemExit from a submission ends the job too
+                message, where = failure(error)
+                results.write(error=message, at=where, trace=traceback.format_exc()[-4000:], **context)
+                sys.stdout.flush()
+                WORLD.Abort(1)
+        return run
+    return decorate
+
+
+# ----------------------------------------------------------------------------- data and networks
+
+def load_data():
+    """-> (training, validation, test) as the course hands them over: (float images, float one-hot labels)."""
+    with np.load(os.environ["CHECK_DATA"]) as stored:
+        return tuple((stored[f"{part}_images"] / 255.0, np.eye(10)[stored[f"{part}_labels"]])
+                     for part in ("train", "validation", "test"))
+
+
+def build(module, class_name, settings, seed, *extra):
+    """Build the submission's class positionally, as the course's main.py does, from a fixed seed.
+
+    Every rank seeds numpy's global generator alike (the skeleton draws its initial weights there);
+    a class that takes `seed=` (this project's) gets it too.
+    """
+    cls = getattr(importlib.import_module(module), class_name)
+    np.random.seed(seed)
+    takes_seed = "seed" in inspect.signature(cls).parameters
+    arguments = [settings[key] for key in ("sizes", "learning_rate", "mini_batch_size", "number_of_batches",
+                                           "epochs")]
+    return cls(*arguments, *extra, **({"seed": seed} if takes_seed else {}))
+
+
+def instrument(network, recorder):
+    """Mark every back_prop in the log with the rows of the forward_prop before it (a training step)."""
+    forward, backward = network.forward_prop, network.back_prop
+    rows = [None]
+
+    def forward_prop(x, *args, **kwargs):
+        rows[0] = len(x)
+        return forward(x, *args, **kwargs)
+
+    def back_prop(y, *args, **kwargs):
+        recorder.mark("back_prop", rows=rows[0] if rows[0] is not None else len(y))
+        return backward(y, *args, **kwargs)
+
+    network.forward_prop, network.back_prop = forward_prop, back_prop
+
+
+def mark_calls(module_name, function_name, recorder):
+    """Wrap a submission function so each call leaves a marker (before its callers import it)."""
+    module = importlib.import_module(module_name)
+    original = getattr(module, function_name)
+
+    @functools.wraps(original)
+    def marked(*args, **kwargs):
+        recorder.mark(function_name)
+        return original(*args, **kwargs)
+    setattr(module, function_name, marked)
+
+
+def digest(network):
+    """A fingerprint of every weight and bias array (shapes and bits), to compare ranks."""
+    hasher = hashlib.blake2b(digest_size=16)
+    for array in list(network.weights) + list(network.biases):
+        array = np.ascontiguousarray(array)
+        hasher.update(repr((array.shape, array.dtype.str)).encode())
+        hasher.update(array.tobytes())
+    return hasher.hexdigest()
+
+
+def train(arguments, recorder, results, module, class_name, *extra):
+    """Build, fit on the course's data, then record this rank's time, test accuracy and digest."""
+    training, validation, test = load_data()
+    settings = dict(SETTINGS, number_of_batches=arguments.batches, epochs=arguments.epochs)
+    network = build(module, class_name, settings, arguments.seed, *extra)
+    if recorder is not None:
+        instrument(network, recorder)
+        recorder.mark("fit")
+    start = time.perf_counter()
+    network.fit(training, validation)
+    elapsed = time.perf_counter() - start
+    if recorder is not None:
+        recorder.mark("fit_end")
+    accuracy = 100 * network.validate(test) / len(test[0])
+    results.write(time=elapsed, accuracy=accuracy, digest=digest(network),
+                  masters=getattr(network, "num_masters", None))
+
+
+# ----------------------------------------------------------------------------- the tasks
+
+def imports(arguments, recorder, results):
+    """Rank r imports the r-th of --modules in its own interpreter -> a clean record or the error
+    (with its file:line); no abort, so the other ranks finish theirs."""
+    module = arguments.modules[RANK]
+    try:
+        importlib.import_module(module)
+        results.write(module=module, imported=True)
+    except BaseException as error:  # noqa: B902 - a module calling exit() does not import either
+        message, where = failure(error)
+        results.write(module=module, error=message, at=where)
+
+
+def serial(arguments, recorder, results):
+    """The submission's own serial NeuralNetwork, seed SERIAL_SEEDS[rank]: the accuracy to match."""
+    arguments.seed = arguments.seeds[RANK]
+    abort_on_error(results)(train)(arguments, recorder, results, "network", "NeuralNetwork")
+
+
+def sync(arguments, recorder, results):
+    """One of the synchronous modules, every rank's model digest and accuracy; the ring's calls marked."""
+    @abort_on_error(results)
+    def run():
+        if recorder is not None and arguments.module == "sync_network":
+            mark_calls("my_ring_allreduce", "ringallreduce", recorder)
+        train(arguments, recorder, results, arguments.module, "SynchronicNeuralNetwork")
+    run()
+
+
+def asynchronous(arguments, recorder, results):
+    """The asynchronous module with M masters: every rank's model digest and accuracy afterwards."""
+    abort_on_error(results)(train)(arguments, recorder, results, "async_network", "AsynchronicNeuralNetwork",
+                                   arguments.masters)
+
+
+def allreduce(arguments, recorder, results):
+    """Every allreduce case of this P (but the skipped), each against MPI's Allreduce of the same input."""
+    processes = WORLD.Get_size()
+    functions = {algorithm: abort_on_error(results, algorithm=algorithm)(load_function)(*ALGORITHMS[algorithm])
+                 for algorithm in arguments.algorithms}
+    for case in allreduce_cases(processes, arguments.algorithms, arguments.matrix):
+        if case.index not in arguments.skip:
+            if case.buffer in BAD_CALLS:
+                bad_call(case, functions[case.algorithm], recorder, results)
+            else:
+                abort_on_error(results, case=case.index)(run_case)(case, functions[case.algorithm], recorder,
+                                                                   results, processes)
+    results.write(done=True)
+
+
+def load_function(module, name):
+    return getattr(importlib.import_module(module), name)
+
+
+def resolve(op):
+    """An op's name -> what the student's function is given."""
+    given = {**OPS, **CONTRACT_OPS}[op][0]
+    return getattr(MPI, given[4:]) if isinstance(given, str) else given
+
+
+def run_case(case, function, recorder, results, processes):
+    """One call of the student's allreduce on fresh buffers; its result, send and recv judged here."""
+    send = case_input(case, RANK)
+    reference_op = getattr(MPI, op_reference(case.op))
+    expected = np.empty_like(send)
+    WORLD.Allreduce(send, expected, op=reference_op)
+    magnitude = np.empty_like(send)
+    WORLD.Allreduce(np.abs(send), magnitude, op=MPI.SUM)
+    bound = tolerance(case, magnitude, processes)
+    send, recv = arrange(case, send)
+    original = send.copy()
+    recorder.mark("case", case=case.index)
+    function(send, recv, MPI.COMM_WORLD, resolve(case.op))
+    recorder.mark("case_end", case=case.index)
+    got = np.asarray(recv, dtype=expected.dtype).reshape(expected.shape)
+    unwritten = int(np.count_nonzero(np.isnan(got)) if got.dtype.kind == "f" else
+                    np.count_nonzero(got == SENTINEL["i"]))
+    error = np.abs(got.astype(np.float64) - expected.astype(np.float64))
+    correct = bool(np.array_equal(got, expected) if bound is None else np.all(error <= bound))
+    results.write(case=case.index, correct=correct, worst=float(np.nanmax(error, initial=0)) if not correct
+                  else 0.0, unwritten=unwritten, send_changed=case.buffer != "send is recv"
+                  and not np.array_equal(original, send), digest=hashlib.blake2b(
+                      np.ascontiguousarray(got).tobytes(), digest_size=8).hexdigest())
+
+
+def arrange(case, send):
+    """(send, recv) for a case: fresh contiguous arrays, or the contract's unusual buffers."""
+    fill = SENTINEL[np.dtype(case.dtype).kind] if np.dtype(case.dtype).kind in SENTINEL else 0
+    if case.buffer == "transposed recv":
+        return send, np.full(send.shape[::-1], fill, dtype=send.dtype).T
+    if case.buffer == "Fortran-ordered send, strided recv":
+        recv = np.full(send.shape[:-1] + (2 * send.shape[-1],), fill, dtype=send.dtype)[..., ::2]
+        return np.asfortranarray(send), recv
+    if case.buffer == "send is recv":
+        return send, send
+    if case.buffer == "big-endian":
+        swapped = send.astype(send.dtype.newbyteorder(">"))
+        return swapped, np.full_like(swapped, fill)
+    return send, np.full(send.shape, fill, dtype=send.dtype)
+
+
+def bad_call(case, function, recorder, results):
+    """A call that breaks the contract must raise ValueError before any message (this project's contract)."""
+    good, read_only = np.ones(5), np.ones(5)
+    read_only.flags.writeable = False
+    send, recv, op = {
+        "shape": (good, np.ones(6), MPI.SUM), "2-D shape": (np.ones((2, 3)), np.ones((3, 2)), MPI.SUM),
+        "dtype": (good, np.ones(5, dtype=np.float32), MPI.SUM), "not an array": ([1.0] * 5, np.ones(5), MPI.SUM),
+        "object dtype": (np.ones(5, dtype=object), np.ones(5, dtype=object), MPI.SUM),
+        "unsupported MPI op": (good, np.ones(5), MPI.BAND), "op not callable": (good, np.ones(5), "sum"),
+        "read-only recv": (good, read_only, MPI.SUM)}[case.buffer]
+    recorder.mark("case", case=case.index)
+    try:
+        function(send, recv, MPI.COMM_WORLD, op)
+        raised = None
+    except ValueError:
+        raised = "ValueError"
+    except Exception as error:  # the wrong exception is a finding, not the end of the job
+        raised = type(error).__name__
+    recorder.mark("case_end", case=case.index)
+    WORLD.Barrier()
+    pending = bool(WORLD.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG))
+    results.write(case=case.index, raised=raised, pending=pending)
+
+
+TASKS = {"imports": imports, "allreduce": allreduce, "serial": serial, "sync": sync, "async": asynchronous}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python3 -m checking.driver")
+    parser.add_argument("task", choices=TASKS)
+    parser.add_argument("--log-dir", required=True)
+    parser.add_argument("--no-record", action="store_true", help="time the run: no recording communicator")
+    parser.add_argument("--module")
+    parser.add_argument("--modules", type=lambda text: text.split(","))
+    parser.add_argument("--masters", type=int)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seeds", type=lambda text: [int(s) for s in text.split(",")])
+    parser.add_argument("--epochs", type=int, default=SETTINGS["epochs"])
+    parser.add_argument("--batches", type=int, default=SETTINGS["number_of_batches"])
+    parser.add_argument("--algorithms", type=lambda text: text.split(","), default=list(ALGORITHMS))
+    parser.add_argument("--matrix", choices=("course", "contract"), default="course")
+    parser.add_argument("--skip", type=lambda text: {int(i) for i in text.split(",") if i}, default=set())
+    arguments = parser.parse_args(argv)
+    log = None if arguments.no_record else os.path.join(arguments.log_dir, f"calls.{RANK}.jsonl")
+    recorder = recording.install(log, os.getcwd())
+    results = Results(arguments.log_dir)
+    TASKS[arguments.task](arguments, recorder, results)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""The scratch copy of a submission, and MPI jobs run in it under timeouts that name where ranks wait.
+
+A submission is never touched: its top-level files (and, for a zip, the five files wherever they lie
+in it, over the course's skeleton) are copied into a scratch folder, where every job runs. A job is
+`mpiexec -n P python3 -m checking.driver TASK ...` (driver.py) with its own log folder. It is watched
+while it runs: when none of its ranks has logged anything (an MPI call, a result, a line of output)
+for `stall` seconds it is declared hung, where each rank waits is read off its log, and the whole job
+is killed. `limit` caps a job's time whatever it does.
+"""
+import collections
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+
+import numpy as np
+
+__all__ = ["FIVE_FILES", "SKELETON_FILES", "Scratch", "SubmissionError", "Job", "Outcome", "run_job",
+           "read_jsonl", "open_calls", "describe_waits"]
+
+FIVE_FILES = ("sync_network_collective.py", "sync_network.py", "async_network.py", "my_naive_allreduce.py",
+              "my_ring_allreduce.py")
+SKELETON_FILES = ("network.py", "utils.py", "main.py", "allreduce_test.py", "collect.py")
+REPORT = "hw3.pdf"
+UNRECORDED_STALL = 60.0  # seconds without output before a job that records no calls is declared hung
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class SubmissionError(Exception):
+    """A submission that cannot be checked at all (no such file, not a zip, no skeleton): one line."""
+
+
+class Scratch:
+    """A scratch folder: work/ (the submission in its skeleton) and checker/ (the `checking` package).
+
+    source: a folder (the student's working folder) or a .zip (the course's submission form);
+    skeleton: a folder with the course's skeleton files, laid under the submission's files.
+    """
+
+    def __init__(self, source, skeleton=None, data=None):
+        self.source, self.name = source, os.path.splitext(os.path.basename(os.path.normpath(source)))[0]
+        self.root = tempfile.mkdtemp(prefix=f"hw3-check-{self.name}-")
+        self.work = os.path.join(self.root, "work")
+        self.checker = os.path.join(self.root, "checker")
+        os.makedirs(self.work)
+        os.makedirs(self.checker)
+        os.symlink(PACKAGE_DIR, os.path.join(self.checker, "checking"))
+        self.data = data
+        self.jobs = 0
+        try:
+            if skeleton is not None:
+                copy_top_level(skeleton, self.work)
+            self.submitted = self.unpack(source)
+        except BaseException:
+            self.remove()
+            raise
+        if "network.py" not in os.listdir(self.work):
+            self.remove()
+            raise SubmissionError(f"{source}: no network.py beside the five files: give the course's skeleton "
+                                  f"with --skeleton DIR")
+
+    def unpack(self, source):
+        """Copy the submission over the skeleton -> the names of the files it brought (five files, hw3.pdf)."""
+        if os.path.isdir(source):
+            copy_top_level(source, self.work)
+            return sorted(name for name in FIVE_FILES + (REPORT,) if os.path.isfile(os.path.join(source, name)))
+        if not os.path.isfile(source):
+            raise SubmissionError(f"{source}: no such file or folder")
+        if not zipfile.is_zipfile(source):
+            raise SubmissionError(f"{source}: neither a folder nor a zip file")
+        brought = []
+        with zipfile.ZipFile(source) as archive:
+            for entry in archive.infolist():
+                name = os.path.basename(entry.filename)
+                if name in FIVE_FILES + (REPORT,) and not entry.is_dir() and "__MACOSX" not in entry.filename:
+                    with archive.open(entry) as packed, open(os.path.join(self.work, name), "wb") as target:
+                        shutil.copyfileobj(packed, target)  # by base name: no path from the zip is used
+                    brought.append(name)
+        return sorted(set(brought))
+
+    def job_dir(self, name):
+        self.jobs += 1
+        path = os.path.join(self.root, "jobs", f"{self.jobs:03d}-{name}")
+        os.makedirs(path)
+        return path
+
+    def remove(self):
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def copy_top_level(source, target):
+    """Copy the regular files at the top of `source` (the modules, the report; links followed)."""
+    for name in os.listdir(source):
+        path = os.path.join(source, name)
+        if os.path.isfile(path) and not name.startswith("."):
+            shutil.copyfile(path, os.path.join(target, name))
+
+
+def write_data(path):
+    """The bundled MNIST as pixel bytes and label digits, for the driver ($CHECK_DATA)."""
+    sys.path.insert(0, os.path.dirname(PACKAGE_DIR))
+    from utils import load_mnist
+    parts = dict(zip(("train", "validation", "test"), load_mnist()))
+    np.savez(path, **{f"{part}_images": images for part, (images, _) in parts.items()},
+             **{f"{part}_labels": np.argmax(labels, axis=1).astype(np.uint8) for part, (_, labels) in parts.items()})
+    return path
+
+
+Job = collections.namedtuple("Job", "name task processes arguments")
+Outcome = collections.namedtuple("Outcome", "job status returncode seconds log_dir stdout stderr results calls "
+                                            "waits")
+
+
+def run_job(scratch, job, stall, limit, record=True):
+    """Run `job` in `scratch` -> Outcome; status "ok", "error" (non-zero exit), "hung" or "timeout".
+
+    waits: for a hung or timed-out job, one line per rank saying where it waits (describe_waits). A job
+    that records nothing (record=False, timing) logs only its output: it is hung after UNRECORDED_STALL s.
+    """
+    stall = stall if record else max(stall, UNRECORDED_STALL)
+    from utils import mpiexec_command  # this project's launcher (the mpich wheel's beside this Python)
+    log_dir = scratch.job_dir(job.name)
+    command = [mpiexec_command(), "-n", str(job.processes), sys.executable, "-m", "checking.driver", job.task,
+               "--log-dir", log_dir, *(() if record else ("--no-record",)), *map(str, job.arguments)]
+    environment = dict(os.environ, PYTHONPATH=scratch.checker, CHECK_DATA=scratch.data, OMP_NUM_THREADS="1",
+                       OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    out, err = (open(os.path.join(log_dir, name), "w+") for name in ("stdout.txt", "stderr.txt"))
+    start = time.monotonic()
+    process = subprocess.Popen(command, cwd=scratch.work, env=environment, stdout=out, stderr=err,
+                               start_new_session=True)
+    status = watch(process, log_dir, start, stall, limit)
+    seconds = time.monotonic() - start
+    waits = describe_waits(read_calls(log_dir, job.processes), time.monotonic()) if status != "ok" else []
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    if status == "ok" and process.returncode != 0:
+        status = "error"
+    out.seek(0)
+    err.seek(0)
+    stdout, stderr = out.read(), err.read()
+    out.close()
+    err.close()
+    return Outcome(job, status, process.returncode, seconds, log_dir, stdout, stderr,
+                   read_results(log_dir, job.processes), read_calls(log_dir, job.processes), waits)
+
+
+def watch(process, log_dir, start, stall, limit):
+    """Wait for the job -> "ok" when it ends, "hung" after `stall` s without a line logged, or "timeout"."""
+    last_size, last_change = -1, start
+    while process.poll() is None:
+        time.sleep(0.1)
+        now = time.monotonic()
+        size = sum(entry.stat().st_size for entry in os.scandir(log_dir))
+        if size != last_size:
+            last_size, last_change = size, now
+        if now - start > limit:
+            return "timeout"
+        if now - last_change > stall:
+            return "hung"
+    return "ok"
+
+
+def read_jsonl(path):
+    """The JSON lines of `path` (a last line cut off by a kill is left out); [] if there is no file."""
+    records = []
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    records.append(json.loads(line))
+                except ValueError:
+                    pass
+    except FileNotFoundError:
+        pass
+    return records
+
+
+def read_calls(log_dir, processes):
+    return [read_jsonl(os.path.join(log_dir, f"calls.{rank}.jsonl")) for rank in range(processes)]
+
+
+def read_results(log_dir, processes):
+    return [read_jsonl(os.path.join(log_dir, f"results.{rank}.jsonl")) for rank in range(processes)]
+
+
+# ----------------------------------------------------------------------------- where ranks wait
+
+def call_text(record):
+    """'Recv(source=ANY_SOURCE, tag=3, 5 float64)' for a logged call."""
+    parts = []
+    if "peer" in record:
+        word = "source" if record["f"].lower().endswith(("recv", "probe")) else "dest"
+        parts.append(f"{word}={record['peer']}")
+    if "tag" in record:
+        parts.append(f"tag={record['tag']}")
+    if "root" in record:
+        parts.append(f"root={record['root']}")
+    if "n" in record:
+        parts.append(f"{record['n']:,} {record['dt']}")
+    return f"{record['f']}({', '.join(parts)})"
+
+
+def open_calls(records):
+    """The calls in a rank's log that never returned (blocking ones and polled tests), in order."""
+    ended = {record["e"] for record in records if "e" in record}
+    return [record for record in records if "i" in record and record["i"] not in ended
+            and record["k"] in ("p2p-blocking", "collective", "communicator", "wait", "test")]
+
+
+def describe_waits(calls, now):
+    """One line per rank of a stopped job: the call it is blocked in (what a wait waits for), since when."""
+    lines = []
+    for rank, records in enumerate(calls):
+        by_id = {record["i"]: record for record in records if "i" in record}
+        blocked = open_calls(records)
+        made = [record for record in records if record.get("k") not in (None, "mark")]
+        if not made:
+            lines.append(f"rank {rank} made no MPI call")
+        elif not blocked:
+            last = made[-1]
+            lines.append(f"rank {rank} is in no MPI call of the submission (its last, {call_text(last)} at "
+                         f"{last.get('at')}, returned {now - last['t']:.0f} s before)")
+        elif blocked[-1]["k"] in ("wait", "test"):
+            call = blocked[-1]
+            awaited = " and ".join(f"{call_text(by_id[i])} [{by_id[i].get('at')}]"
+                                   for i in call.get("reqs", []) if i in by_id) or "requests made elsewhere"
+            verb = "polls" if call["k"] == "test" else "waits in"
+            lines.append(f"rank {rank} {verb} {call['f']} at {call.get('at')} for {awaited}, "
+                         f"since {now - call['t']:.0f} s")
+        else:
+            call = blocked[-1]
+            manner = "blocking" if call["k"] != "communicator" else "communicator call"
+            lines.append(f"rank {rank} waits in {call_text(call)}, {manner}, at {call.get('at')}, "
+                         f"since {now - call['t']:.0f} s")
+    return lines

@@ -1,0 +1,70 @@
+"""The grade sheet (Markdown), the JSON record and the one-row-per-submission CSV summary.
+
+The sheet is read by a grader with many of them and by a student the night before the deadline: its
+first lines say the verdict, a table gives one line per check, and then every failure and warning
+comes with its evidence and the one command that checks it again alone.
+"""
+import csv
+import os
+
+from checking.checks import CHECKS, INFORMATION
+
+__all__ = ["verdict", "markdown", "record", "write_summary"]
+
+MARKS = {"pass": "pass", "fail": "**FAIL**", "warn": "warn", "skip": "skipped", "info": "info"}
+
+
+def verdict(checks):
+    failed = [c.id for c in checks if c.required and c.status == "fail"]
+    return ("fail", failed) if failed else ("pass", [])
+
+
+def cell(text):
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(name, source, checks, seconds, settings):
+    """The sheet for one submission."""
+    outcome, failed = verdict(checks)
+    lines = [f"# hw3 check: {name}", ""]
+    headline = (f"**{outcome.upper()}**: every required check passed" if outcome == "pass" else
+                f"**FAIL**: {len(failed)} required check(s) failed: {', '.join(failed)}")
+    lines += [f"{headline}. Checked `{source}` ({settings}) in {seconds:.0f} s.", "",
+              "| check | result | evidence |", "| --- | --- | --- |"]
+    lines += [f"| `{c.id}`: {cell(c.title)} | {MARKS[c.status]} | {cell(c.summary)} |" for c in checks]
+    to_read = [c for c in checks if c.status in ("fail", "warn")]
+    if to_read:
+        lines += ["", "## What to look at"]
+    for check in to_read:
+        lines += ["", f"### `{check.id}`: {check.title} ({MARKS[check.status]})", ""]
+        lines += [f"- {detail}".replace("\n    ", "\n  - ") for detail in check.details]
+        lines += ["", f"Check it again alone: `{check.command}`"]
+    for check in (c for c in checks if c.id in INFORMATION and c.status == "info" and c.details):
+        lines += ["", f"### `{check.id}`: {check.title}", ""] + [f"- {detail}" for detail in check.details]
+    return "\n".join(lines) + "\n"
+
+
+def record(name, source, checks, seconds, settings, outcomes):
+    """Everything, for --json: the checks with their evidence, and every job that ran."""
+    outcome, failed = verdict(checks)
+    return {"submission": name, "source": source, "verdict": outcome, "failed": failed, "seconds": seconds,
+            "settings": settings,
+            "checks": [{"id": c.id, "title": c.title, "status": c.status, "required": c.required,
+                        "summary": c.summary, "details": c.details, "command": c.command} for c in checks],
+            "jobs": [{"name": o.job.name, "task": o.job.task, "processes": o.job.processes,
+                      "arguments": list(map(str, o.job.arguments)), "status": o.status,
+                      "returncode": o.returncode, "seconds": round(o.seconds, 2), "waits": o.waits}
+                     for o in outcomes]}
+
+
+def write_summary(path, records):
+    """One CSV row per submission: verdict, failed checks, time, then every check's status."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["submission", "verdict", "failed", "seconds"] + list(CHECKS))
+        for entry in records:
+            status = {c["id"]: c["status"] for c in entry["checks"]}
+            writer.writerow([entry["submission"], entry["verdict"], " ".join(entry["failed"]),
+                             f"{entry['seconds']:.0f}"] + [status.get(check_id, "") for check_id in CHECKS])

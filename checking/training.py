@@ -1,0 +1,357 @@
+"""The training checks: the submission's serial, synchronous and asynchronous networks on MNIST.
+
+Every run is the course's experiment with a fixed seed (cases.SETTINGS). The serial network, trained
+once per seed of SERIAL_SEEDS (one job, a rank per seed), gives the accuracy to match. Each sync module
+runs on 2 and 4 processes (8 too with --full), the async module with 1 master on 2 processes, 2 on 4
+and 2 on 3. From the recorded calls and the driver's markers (a back_prop marker per training step):
+
+    sync.split      per step, the rows of the ranks' forward_prop add up to mini_batch_size
+    sync.exchange   collective module: an MPI collective between every two steps; ring module: the
+                    student's ringallreduce between every two steps, and inside the training window
+                    (first to last back_prop) no collective more often than twice per epoch
+    async.batches   back_prop calls over all ranks = number_of_batches x epochs
+    async.rules     inside the training window no blocking point-to-point call on any rank (any
+                    thread), and no collective more often than twice per epoch: epoch ends may
+                    validate or agree, the per-mini-batch protocol may not
+"""
+import statistics
+
+from checking.cases import SERIAL_SEEDS, SETTINGS, UNTRAINED_BELOW
+
+__all__ = ["check_training", "steps", "training_window"]
+
+SYNC_MODULES = {"sync_network_collective": "collective module", "sync_network": "ring module"}
+SYNC_PROCESSES, FULL_SYNC_PROCESSES = (2, 4), (2, 4, 8)
+ASYNC_RUNS = ((1, 2), (2, 4), (2, 3))  # (masters, processes)
+SYNC_BELOW_SERIAL, ASYNC_BELOW_SERIAL = 1.5, 3.0  # points of test accuracy
+COLLECTIVES_PER_EPOCH = 2
+
+
+def settings_arguments(run):
+    return ("--epochs", run.options.epochs, "--batches", run.options.batches)
+
+
+def check_training(run):
+    """Run the serial baseline, then the sync and async checks that were asked for."""
+    serial = serial_baseline(run) if run.wants("sync.accuracy", "async.model") else (None, "not asked for")
+    sync_ids = [i for i in run.checks if i.startswith("sync.")]
+    if sync_ids:
+        check_sync(run, serial, sync_ids)
+    async_ids = [i for i in run.checks if i.startswith("async.")]
+    if async_ids:
+        check_async(run, serial, async_ids)
+
+
+def serial_baseline(run):
+    """-> (mean test accuracy of the submission's serial network over SERIAL_SEEDS, the accuracies), or
+    (None, why) when it cannot run."""
+    reason = run.missing("network")
+    if reason:
+        return None, reason
+    seeds = ",".join(map(str, SERIAL_SEEDS))
+    outcome = run.job("serial", "serial", len(SERIAL_SEEDS), "--seeds", seeds, *settings_arguments(run))
+    accuracies = [r["accuracy"] for rank in outcome.results for r in rank if "accuracy" in r]
+    if outcome.status != "ok" or len(accuracies) != len(SERIAL_SEEDS):
+        errors = [f"{r['error']} at {r.get('at')}" for rank in outcome.results for r in rank if "error" in r]
+        return None, "the serial NeuralNetwork did not train: " + ("; ".join(errors[:1]) or outcome.status)
+    return statistics.mean(accuracies), accuracies
+
+
+# ----------------------------------------------------------------------------- what the logs show
+
+def steps(calls):
+    """A rank's training steps: the back_prop markers, in order."""
+    return [record for record in calls if record.get("what") == "back_prop"]
+
+
+def training_window(calls_by_rank):
+    """(first, last) back_prop time over all ranks, or None when no rank trained."""
+    times = [record["t"] for calls in calls_by_rank for record in steps(calls)]
+    return (min(times), max(times)) if times else None
+
+
+def inside(calls, window, kinds):
+    """The calls of `kinds` made within the window."""
+    return [c for c in calls if c.get("k") in kinds and window[0] <= c["t"] <= window[1]]
+
+
+def failed_run(outcome, label):
+    """The lines that say how a run failed (error with file:line, or where each rank waits)."""
+    errors = {f"{r['error']} at {r.get('at')}" for rank in outcome.results for r in rank if "error" in r}
+    if errors:
+        return [f"{label}: raised {error}" for error in sorted(errors)]
+    verb = {"hung": "hangs", "timeout": "ran out of time", "error": "crashed"}.get(outcome.status, outcome.status)
+    tail = [line for line in outcome.stderr.splitlines() if line.strip()][-3:] if outcome.status == "error" else []
+    return [f"{label}: {verb}" + "".join(f"\n    {line}" for line in outcome.waits + tail)]
+
+
+def accuracies(outcome):
+    """Every rank's test accuracy after fit (None where a rank recorded none)."""
+    found = {}
+    for rank, records in enumerate(outcome.results):
+        for record in records:
+            if "accuracy" in record:
+                found[rank] = record
+    return [found.get(rank) for rank in range(len(outcome.results))]
+
+
+# ----------------------------------------------------------------------------- synchronous
+
+class Findings:
+    """What the runs showed for one check: failures, warnings, details, and the facts of its summary."""
+
+    def __init__(self):
+        self.failures, self.warnings, self.details, self.facts, self.judged = [], [], [], [], 0
+        self.accuracies = []  # rank 0's, for the accuracy checks' summary
+
+    def fill(self, check, skipped):
+        """Judge `check`; with nothing judged it is skipped (the runs it needs did not finish)."""
+        if not self.judged and not self.failures:
+            return check.skip(skipped)
+        if self.accuracies:
+            low, high = min(self.accuracies), max(self.accuracies)
+            self.facts.insert(0, f"rank 0 {low:.2f} %" + (f" to {high:.2f} %" if high != low else ""))
+        summary = "; ".join(dict.fromkeys(self.facts))
+        return check.judge(self.failures, summary, self.warnings, self.details)
+
+
+def short(module):
+    return {"sync_network_collective": "collective", "sync_network": "ring"}[module]
+
+
+# ----------------------------------------------------------------------------- synchronous
+
+def check_sync(run, serial, ids):
+    processes_list = [p for p in (FULL_SYNC_PROCESSES if run.options.full else SYNC_PROCESSES)
+                      if run.options.only_processes is None or p in run.options.only_processes]
+    findings = {i: Findings() for i in ("completes", "replicas", "accuracy", "split", "exchange")}
+    skipped = []
+    for module, label in SYNC_MODULES.items():
+        reason = run.missing(module) or (run.missing("my_ring_allreduce") if module == "sync_network" else None)
+        if reason:
+            skipped.append(f"{label} not run: {reason}")
+            continue
+        for processes in processes_list:
+            outcome = run.job(f"sync-{module}-P{processes}", "sync", processes, "--module", module,
+                              *settings_arguments(run))
+            judge_sync(run, serial, outcome, f"{label} ({module}.py), P = {processes}", module, findings)
+    for part, finding in findings.items():
+        finding.details += skipped
+        why = ("; ".join(skipped) or "no process count selected") if part == "completes" else \
+            "no synchronous run finished (see sync.completes)"
+        if part == "accuracy" and serial[0] is None:
+            why = f"no serial accuracy to compare with: {serial[1]}"
+            finding.judged = 0
+        finding.fill(run.check(f"sync.{part}"), why)
+
+
+def judge_sync(run, serial, outcome, label, module, findings):
+    """File one sync run's findings under the five sync checks."""
+    ranks = accuracies(outcome)
+    tag = f"{short(module)} P = {outcome.job.processes}"
+    if outcome.status != "ok" or None in ranks:
+        findings["completes"].failures.extend(failed_run(outcome, label))
+        findings["completes"].facts.append(f"{tag}: failed")
+        return
+    findings["completes"].judged += 1
+    findings["completes"].facts.append(f"{tag}: {ranks[0]['time']:.1f} s")
+    replicas = findings["replicas"]
+    replicas.judged += 1
+    if len({r["digest"] for r in ranks}) > 1:
+        replicas.failures.append(f"{label}: {differing_models(ranks)} (test accuracies "
+                                 + ", ".join(f"{r['accuracy']:.2f} %" for r in ranks) + ")")
+        replicas.facts.append(f"{tag}: ranks differ")
+    else:
+        replicas.facts.append("every rank's weights and biases hash alike in every run")
+    judge_accuracy(findings["accuracy"], label, ranks[0]["accuracy"], serial, SYNC_BELOW_SERIAL)
+    judge_split(outcome, label, tag, findings["split"])
+    judge_exchange(run, outcome, label, tag, module, findings["exchange"])
+
+
+def judge_accuracy(finding, label, accuracy, serial, allowed):
+    """Rank 0's test accuracy at most `allowed` points below serial's mean (nothing judged without one)."""
+    if serial[0] is None:
+        return
+    finding.judged += 1
+    finding.accuracies.append(accuracy)
+    finding.facts.append(f"serial {serial[0]:.2f} % (mean of {len(serial[1])} seeds)")
+    line = f"{label}: rank 0 {accuracy:.2f} %"
+    if accuracy < serial[0] - allowed:
+        finding.failures.append(f"{line}, more than {allowed:g} points below serial's {serial[0]:.2f} %")
+    else:
+        finding.details.append(line)
+
+
+def differing_models(ranks):
+    """'ranks 0 and 2 alike, rank 1 alone' for ranks whose digests differ."""
+    groups = {}
+    for rank, result in enumerate(ranks):
+        groups.setdefault(result["digest"], []).append(rank)
+    if len(groups) == len(ranks):
+        return "every rank ends with a model of its own"
+    return "the ranks end with different models: " + "; ".join(
+        f"ranks {', '.join(map(str, g))} alike" if len(g) > 1 else f"rank {g[0]} alone" for g in groups.values())
+
+
+def judge_split(outcome, label, tag, finding):
+    """Per step, the ranks' rows add up to mini_batch_size (and every rank took as many steps)."""
+    rows = [[record["rows"] for record in steps(calls)] for calls in outcome.calls]
+    finding.judged += 1
+    if not any(rows):
+        finding.failures.append(f"{label}: no forward_prop/back_prop call was seen (the steps cannot be counted)")
+        return
+    if len({len(r) for r in rows}) > 1:
+        finding.failures.append(f"{label}: the ranks took different numbers of steps: {[len(r) for r in rows]}")
+        return
+    batch = SETTINGS["mini_batch_size"]
+    sums = [sum(step) for step in zip(*rows)]
+    wrong = [(index, total) for index, total in enumerate(sums) if total != batch]
+    shares = "+".join(str(r[0]) for r in rows)
+    if wrong:
+        finding.failures.append(f"{label}: {len(wrong)} of {len(sums)} steps use {wrong[0][1]} rows over all ranks "
+                                f"(first: step {wrong[0][0] + 1}, {shares}), not mini_batch_size = {batch}")
+    finding.facts.append(f"{tag}: {shares} rows per step")
+
+
+def judge_exchange(run, outcome, label, tag, module, finding):
+    """The collective module exchanges by an MPI collective every step; the ring module by its
+    ringallreduce, with no collective inside the training window beyond the epoch ends'."""
+    window = training_window(outcome.calls)
+    if window is None:
+        return
+    finding.judged += 1
+    allowed = COLLECTIVES_PER_EPOCH * run.options.epochs
+    collective = module == "sync_network_collective"
+    used = set()
+    for rank, calls in enumerate(outcome.calls):
+        gaps = between_steps(calls)
+        exchanged = [[c["f"] for c in gap if c.get("k") in ("collective", "collective-nb")] if collective
+                     else ["ringallreduce" for c in gap if c.get("what") == "ringallreduce"] for gap in gaps]
+        bare = sum(not names for names in exchanged)
+        used.update(name for names in exchanged for name in names)
+        if bare:
+            what = "no MPI collective call" if collective else "no call of ringallreduce"
+            finding.failures.append(f"{label}: rank {rank} made {what} between {bare} of its {len(gaps) + 1} steps")
+        collectives = [] if collective else inside(calls, window, ("collective", "collective-nb"))
+        if len(collectives) > allowed:
+            finding.failures.append(f"{label}: rank {rank} made {len(collectives)} collective calls while training "
+                                    f"(first: {collectives[0]['f']} at {collectives[0].get('at')}); at most "
+                                    f"{allowed} ({COLLECTIVES_PER_EPOCH} per epoch end) are allowed")
+    finding.facts.append(f"{short(module)}: {', '.join(sorted(used)) or 'nothing'} every step"
+                         + ("" if collective else ", no collective"))
+
+
+def between_steps(calls):
+    """The calls between each two consecutive back_prop markers of a rank."""
+    gaps, current = [], None
+    for record in calls:
+        if record.get("what") == "back_prop":
+            if current is not None:
+                gaps.append(current)
+            current = []
+        elif current is not None:
+            current.append(record)
+    return gaps
+
+
+# ----------------------------------------------------------------------------- asynchronous
+
+def check_async(run, serial, ids):
+    reason = run.missing("async_network")
+    runs = [(m, p) for m, p in ASYNC_RUNS if run.options.only_processes is None or p in run.options.only_processes]
+    if reason or not runs:
+        for check_id in ids:
+            run.check(check_id).skip(f"not run: {reason}" if reason else "no process count selected")
+        return
+    findings = {i: Findings() for i in ("completes", "batches", "rules", "model", "ranks")}
+    for masters, processes in runs:
+        outcome = run.job(f"async-M{masters}-P{processes}", "async", processes, "--masters", masters,
+                          *settings_arguments(run))
+        judge_async(run, serial, outcome, masters, processes, findings)
+    for part, finding in findings.items():
+        check = run.check(f"async.{part}")
+        if part == "ranks":
+            check.status, check.summary = "info", "; ".join(finding.facts) or "no run finished"
+            check.details = finding.warnings
+        elif part == "model" and serial[0] is None:
+            check.skip(f"no serial accuracy to compare with: {serial[1]}")
+        else:
+            finding.fill(check, "no asynchronous run finished (see async.completes)")
+
+
+def judge_async(run, serial, outcome, masters, processes, findings):
+    label = f"{masters} master(s) on {processes} processes"
+    tag = f"M = {masters}, P = {processes}"
+    ranks = accuracies(outcome)
+    completes = findings["completes"]
+    if outcome.status != "ok" or None in ranks:
+        refusal = refused(outcome, masters, processes)
+        if refusal:
+            completes.judged += 1
+            completes.facts.append(f"{tag}: refused")
+            completes.details.append(f"{label}: refused, as allowed with fewer workers than masters: {refusal}")
+        else:
+            completes.failures.extend(failed_run(outcome, label))
+            completes.facts.append(f"{tag}: failed")
+        return
+    completes.judged += 1
+    completes.facts.append(f"{tag}: {ranks[0]['time']:.1f} s")
+    judge_batches(run, outcome, label, tag, findings["batches"])
+    judge_async_rules(run, outcome, label, findings["rules"])
+    judge_accuracy(findings["model"], label, ranks[0]["accuracy"], serial, ASYNC_BELOW_SERIAL)
+    untrained = [rank for rank, r in enumerate(ranks) if r["accuracy"] < UNTRAINED_BELOW]
+    findings["ranks"].facts.append(f"{tag}: " + ", ".join(f"{r['accuracy']:.2f}" for r in ranks) + " %")
+    if untrained:
+        findings["ranks"].warnings.append(f"{label}: untrained (below {UNTRAINED_BELOW:.0f} %): "
+                                          + ", ".join(f"rank {rank}" for rank in untrained)
+                                          + "; the course's main.py prints every rank's accuracy")
+
+
+def refused(outcome, masters, processes):
+    """The error a run with fewer workers than masters stopped with, before training, if it said why."""
+    if processes - masters >= masters or outcome.status == "hung" or any(steps(c) for c in outcome.calls):
+        return None
+    errors = [r["error"] for rank in outcome.results for r in rank if "error" in r]
+    clear = [e for e in errors if not e.startswith("NotImplementedError") and ":" in e and e.split(":", 1)[1].strip()]
+    return clear[0] if clear else None
+
+
+def judge_batches(run, outcome, label, tag, finding):
+    """back_prop calls over all ranks = number_of_batches x epochs."""
+    finding.judged += 1
+    per_rank = [len(steps(calls)) for calls in outcome.calls]
+    expected = run.options.batches * run.options.epochs
+    shares = ", ".join(f"rank {rank}: {count:,}" for rank, count in enumerate(per_rank) if count)
+    if sum(per_rank) != expected:
+        finding.failures.append(f"{label}: {sum(per_rank):,} mini-batches ({shares}); expected {expected:,} "
+                                f"({run.options.batches} per epoch)")
+        finding.facts.append(f"{tag}: {sum(per_rank):,} instead of {expected:,}")
+    else:
+        finding.facts.append(f"{run.options.batches} per epoch in every run")
+        finding.details.append(f"{label}: {shares}")
+
+
+def judge_async_rules(run, outcome, label, finding):
+    """No blocking point-to-point call inside the training window; collectives only at epoch ends."""
+    window = training_window(outcome.calls)
+    finding.judged += 1
+    if window is None:
+        finding.failures.append(f"{label}: no back_prop call was seen (the training window cannot be found)")
+        return
+    allowed = COLLECTIVES_PER_EPOCH * run.options.epochs
+    for rank, calls in enumerate(outcome.calls):
+        blocking = inside(calls, window, ("p2p-blocking",))
+        if blocking:
+            places = sorted({f"{c['f']} at {c.get('at')}" for c in blocking})
+            finding.failures.append(f"{label}: rank {rank} made {len(blocking):,} blocking point-to-point call(s) "
+                                    f"while training: {'; '.join(places[:3])}")
+            finding.facts += [f"blocking {place}" for place in places[:1]]
+        collectives = inside(calls, window, ("collective", "collective-nb"))
+        if len(collectives) > allowed:
+            finding.failures.append(f"{label}: rank {rank} made {len(collectives)} collective calls while training "
+                                    f"(first: {collectives[0]['f']} at {collectives[0].get('at')}); at most "
+                                    f"{allowed} ({COLLECTIVES_PER_EPOCH} per epoch end) are allowed")
+            finding.facts.append(f"collective {collectives[0]['f']} at {collectives[0].get('at')}")
+    if not finding.failures:
+        kinds = sorted({c["f"] for calls in outcome.calls for c in inside(calls, window, ("p2p", "wait", "test"))})
+        finding.facts.append(f"while training only {', '.join(kinds)}")

@@ -1,0 +1,213 @@
+"""check_submission.py: the correct fixture and this project's own files pass every check, each mutant
+fails exactly the check of its bug, a hang costs its timeouts, and the submission is never touched."""
+import csv
+import hashlib
+import os
+import sys
+import zipfile
+
+import pytest
+
+from conftest import PROJECT_DIR, run_checker, run_python
+
+sys.path.insert(0, os.path.join(PROJECT_DIR, "tests", "fixtures", "submissions"))
+from mutants import CORRECT, MUTANTS, SKELETON, build  # noqa: E402
+
+from checking.checks import CHECKS, Check, check_report, questions_in_order  # noqa: E402
+from checking.jobs import FIVE_FILES, describe_waits  # noqa: E402
+from checking.allreduce import elements_sent, predicted  # noqa: E402
+from checking.cases import allreduce_cases, case_input  # noqa: E402
+
+# The checks that read each file: a mutant of that file is run through these (and passes all but its own).
+READ_BY = {"my_naive_allreduce.py": "files,naive", "my_ring_allreduce.py": "files,ring,sync",
+           "sync_network.py": "files,sync", "sync_network_collective.py": "files,sync",
+           "async_network.py": "files,async"}
+INFORMATION = ("async.ranks", "timing")
+check = run_checker
+
+
+def statuses(record):
+    return {entry["id"]: entry["status"] for entry in record["checks"]}
+
+
+def tree_digest(path):
+    """A digest of every file under `path` (names and bytes), to show nothing was changed."""
+    hasher = hashlib.sha256()
+    for root, _, files in sorted(os.walk(path)):
+        for name in sorted(files):
+            full = os.path.join(root, name)
+            hasher.update(os.path.relpath(full, path).encode())
+            with open(full, "rb") as f:
+                hasher.update(f.read())
+    return hasher.hexdigest()
+
+
+# ----------------------------------------------------------------------------- whole submissions
+
+def test_correct_fixture_passes_every_check_and_is_left_untouched():
+    before = tree_digest(CORRECT)
+    code, record, stdout, _ = check(CORRECT)
+    assert code == 0, stdout
+    found = statuses(record)
+    assert set(found) == set(CHECKS)
+    assert {c for c, s in found.items() if s != "pass"} == set(INFORMATION), found
+    assert found["async.ranks"] == "info" and found["timing"] == "skip"
+    assert stdout.startswith("# hw3 check: correct") and "**PASS**" in stdout
+    assert sum(line.startswith("| `") for line in stdout.splitlines()) == len(CHECKS)  # a line per check
+    assert tree_digest(CORRECT) == before
+
+
+def test_this_projects_files_and_report_pass_every_check_as_the_course_receives_them(tmp_path):
+    """Our five files and results/hw3.pdf, zipped as the course's submission form, over our own base."""
+    archive = tmp_path / "hw3.zip"
+    with zipfile.ZipFile(archive, "w") as packed:
+        for name in FIVE_FILES:
+            packed.write(os.path.join(PROJECT_DIR, name), f"hw3/{name}")
+        packed.write(os.path.join(PROJECT_DIR, "results", "hw3.pdf"), "hw3/hw3.pdf")
+    code, record, stdout, _ = check(str(archive), "--skeleton", PROJECT_DIR)
+    assert code == 0, stdout
+    found = statuses(record)
+    assert {c for c, s in found.items() if s != "pass"} == set(INFORMATION), found
+
+
+@pytest.mark.parametrize("name", list(MUTANTS))
+def test_each_mutant_fails_exactly_its_own_check(tmp_path, name):
+    """Run through every check that reads the mutated file: its own fails, every other one passes."""
+    mutant = MUTANTS[name]
+    folder = build(name, str(tmp_path))
+    code, record, stdout, _ = check(folder, "--only", READ_BY[mutant.file], "--timeout", "3")
+    assert code == 1, stdout
+    found = statuses(record)
+    assert record["failed"] == [mutant.fails], stdout
+    others = {c: status for c, status in found.items() if c != mutant.fails and c not in INFORMATION}
+    assert set(others.values()) == {"pass"}, found
+    assert f"Check it again alone: `python3 check_submission.py {folder} --timeout 3 --only {mutant.fails}" in stdout
+    if name == "ring_hangs_small":  # a hang costs one timeout per process count and names where ranks wait
+        hung = [job for job in record["jobs"] if job["status"] == "hung"]
+        assert [job["processes"] for job in hung] == [2, 3, 4, 5]  # sizes n < P, one group per P > 1
+        assert ("ringallreduce hangs at P = 3, n = 2, float64, lambda x, y: x + y (fewer elements than "
+                "processes)") in stdout
+        assert "rank 0 waits in Waitall at my_ring_allreduce.py:20 pass_chunk for Irecv(source=2, tag=12" in stdout
+
+
+def test_a_zip_over_the_skeleton_is_read_and_the_zip_left_untouched(tmp_path):
+    archive = tmp_path / "student.zip"
+    with zipfile.ZipFile(archive, "w") as packed:
+        for name in FIVE_FILES[:4]:  # one file missing
+            packed.write(os.path.join(CORRECT, name), f"deep/folder/{name}")
+        packed.writestr("__MACOSX/deep/._sync_network.py", "not python")
+    before, skeleton_before = archive.read_bytes(), tree_digest(SKELETON)
+    code, record, stdout, _ = check(str(archive), "--skeleton", SKELETON, "--only", "files,naive")
+    assert code == 1
+    found = statuses(record)
+    assert found["files.present"] == "fail" and "my_ring_allreduce.py is missing" in stdout
+    assert found["files.import"] == "pass" and found["naive.agrees"] == "pass"
+    assert archive.read_bytes() == before and tree_digest(SKELETON) == skeleton_before
+
+
+def test_several_submissions_give_one_csv_row_and_one_sheet_each(tmp_path):
+    good, broken = CORRECT, build("syntax_error", str(tmp_path))
+    summary, sheets = tmp_path / "grades.csv", tmp_path / "sheets"
+    code, records, stdout, _ = check(good, broken, "--only", "files", "--summary", str(summary),
+                                     "--sheet", str(sheets))
+    assert code == 1
+    assert [r["verdict"] for r in records] == ["pass", "fail"]
+    rows = list(csv.DictReader(summary.open()))
+    assert [(row["submission"], row["verdict"], row["failed"]) for row in rows] == [
+        ("correct", "pass", ""), ("syntax_error", "fail", "files.import")]
+    assert rows[1]["files.import"] == "fail" and rows[1]["ring.agrees"] == ""
+    assert sorted(os.listdir(sheets)) == ["correct.md", "syntax_error.md"]
+    assert "sync_network_collective.py:7: SyntaxError" in (sheets / "syntax_error.md").read_text()
+    assert len(stdout.splitlines()) == 2  # one line per submission
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["/nonexistent/hw3.zip"], "no such file or folder"),
+    ([SKELETON + "/network.py"], "neither a folder nor a zip file"),
+    ([os.path.join(PROJECT_DIR, "docs")], "no network.py beside the five files"),
+    ([CORRECT, "--processes", "0"], "process counts must be at least 1"),
+    ([CORRECT, "--only", "ring.speed"], "unknown check(s) ring.speed"),
+])
+def test_what_cannot_be_checked_ends_with_one_line_and_exit_2(arguments, message):
+    result = run_python("check_submission.py", *arguments, timeout=60)
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert message in lines[-1] and lines[-1].startswith(("check_submission.py: error:", "usage:")), result.stderr
+
+
+def test_timing_reports_ratios_against_this_reference():
+    code, record, _, _ = check(CORRECT, "--only", "timing", "--timing", "--epochs", "1", "--batches", "20")
+    timing = next(c for c in record["checks"] if c["id"] == "timing")
+    assert code == 0 and timing["status"] == "info"
+    assert len(timing["details"]) == 5 and all("x the reference's time" in line for line in timing["details"])
+
+
+# ----------------------------------------------------------------------------- pieces, in process
+
+class FakeScratch:
+    def __init__(self, folder, submitted):
+        self.work, self.submitted = str(folder), submitted
+
+
+def typst_pdf(path, pages, questions):
+    """A PDF of `pages` pages with headings '1. ...' for each of `questions`."""
+    typst = pytest.importorskip("typst")
+    body = "\n".join(f"= {q}. Question {q}\nSome answer.\n" for q in questions)
+    body += "\n".join("#pagebreak()\nMore." for _ in range(pages - 1))
+    source = path.with_suffix(".typ")
+    source.write_text(body)
+    typst.compile(str(source), output=str(path))
+
+
+@pytest.mark.parametrize("pages, questions, passes, message", [
+    (1, range(1, 14), True, "1 page(s); questions found: 13 of 13"),
+    (6, range(1, 14), False, "hw3.pdf has 6 pages, more than the course's 5"),
+    (2, [q for q in range(1, 14) if q != 12], False, "no numbered heading found for question(s) 12"),
+])
+def test_report_form_pages_and_numbered_questions(tmp_path, pages, questions, passes, message):
+    typst_pdf(tmp_path / "hw3.pdf", pages, questions)
+    result = check_report(Check("report"), FakeScratch(tmp_path, ["hw3.pdf"]))
+    assert (result.status == "pass") == passes
+    assert message in (result.summary if passes else result.details[0])
+
+
+def test_question_headings_are_found_in_order_only():
+    assert questions_in_order("1. A\n2) B\nQ3: C\nQuestion 4. D\n13. E") == [1, 2, 3, 4, 13]
+    assert questions_in_order("2. first\n1. then") == [1]
+
+
+def test_where_ranks_wait_is_read_off_their_logs():
+    calls = [
+        [{"i": 1, "t": 10.0, "f": "Irecv", "k": "p2p", "peer": 1, "tag": 5, "n": 3, "dt": "float64", "at": "a.py:3 f"},
+         {"i": 2, "t": 10.5, "f": "Waitall", "k": "wait", "reqs": [1], "at": "a.py:4 f"}],
+        [{"i": 1, "t": 11.0, "f": "Recv", "k": "p2p-blocking", "peer": "ANY_SOURCE", "tag": 3, "n": 7,
+          "dt": "float32", "at": "async_network.py:88 do_master"}],
+        [{"i": 1, "t": 5.0, "f": "Isend", "k": "p2p", "peer": 0, "tag": 5, "n": 3, "dt": "float64", "at": "a.py:9 g"},
+         {"i": 2, "t": 5.1, "f": "Wait", "k": "wait", "reqs": [1], "at": "a.py:10 g"}, {"e": 2, "t": 5.2}],
+        [],
+    ]
+    lines = describe_waits(calls, now=41.0)
+    assert lines[0] == ("rank 0 waits in Waitall at a.py:4 f for Irecv(source=1, tag=5, 3 float64) [a.py:3 f], "
+                        "since 30 s")
+    assert lines[1] == ("rank 1 waits in Recv(source=ANY_SOURCE, tag=3, 7 float32), blocking, at "
+                        "async_network.py:88 do_master, since 30 s")
+    assert lines[2].startswith("rank 2 is in no MPI call of the submission (its last, Wait() at a.py:10 g")
+    assert lines[3] == "rank 3 made no MPI call"
+
+
+def test_volume_predictions_and_counting():
+    assert predicted("naive", 4, 1000) == (3000, 0)
+    assert predicted("ring", 4, 1000) == (1500.0, 18)
+    calls = [{"f": "Isend", "n": 10, "dt": "float64"}, {"f": "Irecv", "n": 10, "dt": "float64"},
+             {"f": "send", "n": 80, "dt": "bytes"}, {"f": "Sendrecv", "n": 5, "dt": "float64"}]
+    assert elements_sent(calls, itemsize=8) == 25
+
+
+def test_allreduce_cases_run_largest_first_and_products_stay_exact():
+    cases = allreduce_cases(3)
+    ring = [c for c in cases if c.algorithm == "ring"]
+    assert [c.size for c in ring[::9]] == [2 ** 18 + 1, 1000, 4, 3, 2, 1]
+    assert len(cases) == 2 * 6 * 3 * 3
+    product = next(c for c in cases if c.op == "product" and c.dtype == "float32" and c.size == 1000)
+    inputs = [case_input(product, rank) for rank in range(8)]
+    assert set(map(float, inputs[0])) <= {-2.0, -1.0, 1.0, 2.0}
