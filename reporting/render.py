@@ -85,9 +85,10 @@ def model_terms(r, f):
     model, c = r.model, r.model.compute
     fewest = min(range(1, 17), key=c)  # fewer rows are not always cheaper: BLAS picks kernels by shape
     f.update(tc={rows: c(rows) for rows in (1, 8, 16)}, tc8_share=c(8) / c(16), fewest=(fewest, c(fewest)),
-             removable=max(0.0, c(16) - model.kappa * c(fewest)), t_eval=model.evaluation, factor_row=model.factor_row,
+             removable=max(0.0, c(16) - model.kappa["gradients"] * c(fewest)), t_eval=model.evaluation,
+             factor_row=model.factor_row,
              validation_rows=next(x["rows"] for x in r.compute_rows if x["kind"] == "evaluate"),
-             shared_evaluation=r.shared_evaluation(), kappa=model.kappa,
+             shared_evaluation=r.shared_evaluation(), kappa=model.kappa, rule_update=model.rule_update,
              fit_processes=", ".join(map(str, sorted({x["processes"] for x in fit_rows(r.allreduce, r.cores)}))),
              constants=[dict(name=name, alpha=a, beta=b, bandwidth=b and 8e-9 / b, error=fit_error(r, name))
                         for name, (a, b) in r.fits.items()])

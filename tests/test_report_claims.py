@@ -140,9 +140,9 @@ def test_kappa_scales_the_parallel_compute_by_the_runs_own_times(tmp_path):
         per_rank = 16 // row["processes"] if row["scaling"] == "strong" else 16
         row["compute_time"] = 1.5 * row["steps"] * (200e-6 + 10e-6 * per_rank)
     results = fake_results(tmp_path / "out", runs)
-    assert results.model.kappa == pytest.approx(1.5)  # P = 4 has more processes than the 2 cores: not counted
+    assert results.model.kappa == {"gradients": pytest.approx(1.5), "factors": pytest.approx(1.5)}  # P = 4: 4 > 2 cores
     assert results.model.step(2)[0] == pytest.approx(1.5 * 280e-6) and results.model.step(1)[0] == pytest.approx(360e-6)
-    assert "**κ = 1.50** times" in " ".join(render(results).split())
+    assert "**κ = 1.50** exchanging gradients and **1.50** factors" in " ".join(render(results).split())
 
 
 def test_a_split_that_computes_longer_is_said_to_add_compute(tmp_path):
@@ -360,3 +360,20 @@ def test_pipelined_split_runs_cycle_through_the_larger_of_compute_and_round_trip
     one = figures_["split_one"]
     assert one["saturation"] == pytest.approx((max(5e-3, transfer / 2 + one["d_max"]) + transfer / 2) / one["d_max"])
     assert one["saturation"] == pytest.approx(5.0 + transfer / 2 / 1e-3)  # D = 1 ms: compute and the pull's copy
+
+
+def test_kappa_is_per_exchange_from_plain_sgd_runs_and_the_rules_update_is_its_own_term(tmp_path):
+    """The micro-benchmark times plain SGD's step: runs under the large-batch rule (a costlier update) stay out of
+    kappa, and the rule's update per step beyond plain SGD's is added to the runs under it."""
+    runs = matrix() + [sync_row("sync ring strong factors", 2, 1.0, compute_time=60 * 1.2 * (1000e-6 / 3))]
+    for row in runs:
+        if row["mode"] == "sync" and row["processes"] == 2:
+            per_rank = 16 if row["scaling"] == "weak" else 8
+            row.setdefault("compute_time", 1.5 * row["steps"] * (200e-6 + 10e-6 * per_rank))
+        if row["label"] == "sync ring weak":
+            row.update(large_batch="lars", compute_time=3.0 * row["steps"] * 360e-6)  # would pull kappa up
+    model = fake_results(tmp_path / "out", runs).model
+    assert model.kappa == {"gradients": pytest.approx(1.5), "factors": pytest.approx(1.2)}
+    assert model.rule_update == pytest.approx(3e-3 / 30 - 1e-3 / 30)  # rank 0's update spans: rule 3 ms, capped 1 ms
+    assert model.step(2, scaling="weak", rule=True)[0] == pytest.approx(1.5 * 360e-6 + 2e-3 / 30)
+    assert model.step(2, "factors")[0] == pytest.approx(1.2 * 1000e-6 / 3)  # 360 - 120 + 280 / 3 us
