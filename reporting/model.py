@@ -3,13 +3,14 @@
 T_compute is measured in this process on the report's network with one BLAS thread (measure_compute), per
 row count, because it is far from proportional to the rows: the products with the 784x128 layer stream the
 whole matrix and write its whole gradient whatever the number of rows. A rank of a parallel run computes
-kappa times slower than that lone process; kappa is measured from the sync runs' own compute times
-(CostModel.calibrate) and applies to every parallel run's compute and evaluation. T_exchange is each algorithm's
+kappa times slower than that lone process; kappa is measured per exchange from the sync runs' own compute times
+under plain SGD's step (CostModel.calibrate) and applies to the parallel runs' compute and evaluation; a run under
+main.py's large-batch rule adds the rule's update per step, measured from the runs too. T_exchange is each algorithm's
 alpha-beta form (latency alpha per message round, beta per element moved) with alpha and beta fitted to
 allreduce_test.py's times. Everything predicted here is for one core per process.
 """
-__all__ = ["measure_compute", "fit_exchange", "fit_rows", "exchange_time", "CostModel", "FORMS",
-           "COMPUTE_ROWS", "PREDICTED", "SERIES"]
+__all__ = ["measure_compute", "fit_exchange", "fit_rows", "exchange_time", "plain_step", "CostModel", "FORMS",
+           "COMPUTE_ROWS", "PREDICTED", "SERIES", "EXCHANGES"]
 
 import math
 import statistics
@@ -29,6 +30,12 @@ PREDICTED = [2, 4, 8, 16, 32, 64]  # process counts of the one-core-per-process 
 # The predicted series, (scaling, exchange, allreduce), in the prediction table's order.
 SERIES = [(scaling, exchange, allreduce) for scaling in ("strong", "weak")
           for exchange, allreduce in (("gradients", "ring"), ("gradients", "mpi"), ("factors", "ring"))]
+EXCHANGES = ("gradients", "factors")
+
+
+def plain_step(entry):
+    """Whether a run steps by plain SGD (the micro-benchmark's step), not by main.py's large-batch rule."""
+    return entry.get("large_batch") in (None, "off")
 
 
 def median_seconds(call, repeats, warmup=10):
@@ -109,15 +116,34 @@ class CostModel:
         self.layers, self.batch, self.batches = settings["layers"], settings["batch_size"], settings["batches"]
         self.parameters = sum(i * o + o for i, o in zip(self.layers[:-1], self.layers[1:]))
         self.factor_row = sum(self.layers[:-1]) + sum(self.layers[1:])  # a layer's input row and delta row
-        self.kappa = 1.0
+        self.kappa = {exchange: 1.0 for exchange in EXCHANGES}
+        self.rule_update = 0.0
 
     def calibrate(self, entries):
-        """kappa: the median over `entries` (sync runs exchanging gradients) of their compute per step against
-        T_compute at their rows per rank; 1 without such runs."""
-        per_rank = lambda e: math.ceil(self.rows(e["processes"], e["scaling"]) / e["processes"])  # noqa: E731
-        ratios = [e["compute_time"] / e["steps"] / self.compute(per_rank(e)) for e in entries
-                  if self.tables["step"] and e.get("compute_time") and e.get("steps")]
-        self.kappa = statistics.median(ratios) if ratios else 1.0
+        """From `entries`, sync runs with a core per process: kappa and the large-batch rule's update.
+
+        kappa[exchange]: the median, over that exchange's runs under plain SGD's step (the one the micro-benchmark
+        times), of their compute per step against `work`; an exchange without such runs takes the gradients',
+        and without any kappa is 1. Each exchange has its own because a rank's work differs in shape: a factors
+        rank forms the whole batch's gradient, a gradients rank a step on its rows. rule_update: the median update
+        per step (rank 0's update span) of the runs under main.py's large-batch rule less that of the runs under
+        plain SGD's step, 0 without both: the rule's layer-wise trust ratio and momentum, which the micro-benchmark
+        does not time.
+        """
+        ratios, updates = {}, {True: [], False: []}  # updates: by whether the run steps by plain SGD
+        for e in entries:
+            if not (self.tables["step"] and e.get("steps")):
+                continue
+            exchange = e.get("exchange") or "gradients"
+            if e.get("compute_time") and plain_step(e):
+                work = self.work(e["processes"], exchange, e["scaling"])
+                ratios.setdefault(exchange, []).append(e["compute_time"] / e["steps"] / work)
+            if e.get("update_time") is not None:
+                updates[plain_step(e)].append(e["update_time"] / e["steps"])
+        gradients = statistics.median(ratios["gradients"]) if "gradients" in ratios else 1.0
+        self.kappa = {x: statistics.median(ratios[x]) if x in ratios else gradients for x in EXCHANGES}
+        if updates[True] and updates[False]:
+            self.rule_update = max(0.0, statistics.median(updates[False]) - statistics.median(updates[True]))
 
     @property
     def ready(self):
@@ -134,26 +160,35 @@ class CostModel:
         """Rows of one step over all ranks: weak scaling gives each rank a whole mini-batch."""
         return self.batch * (p if scaling == "weak" else 1)
 
-    def step(self, p, exchange="gradients", allreduce="ring", scaling="strong"):
-        """(compute, exchange) seconds of one step on the slowest rank, one core per process."""
-        rows, kappa = self.rows(p, scaling), self.kappa if p > 1 else 1.0
+    def work(self, p, exchange="gradients", scaling="strong"):
+        """Seconds of one step's compute on the slowest rank as the lone micro-benchmark process takes it."""
+        rows = self.rows(p, scaling)
         mine = math.ceil(rows / p)  # even_bounds: the first ranks take one row more
         if exchange == "factors":  # forward on my rows; every rank forms the whole batch's weight gradient
-            compute = self.compute(rows) - self.compute(rows, "forward") + self.compute(mine, "forward")
-            return kappa * compute, exchange_time(self.fits, "allgather", p, self.factor_row * rows)
-        return kappa * self.compute(mine), exchange_time(self.fits, allreduce, p, self.parameters)
+            return self.compute(rows) - self.compute(rows, "forward") + self.compute(mine, "forward")
+        return self.compute(mine)
 
-    def evaluate(self, p, shared):
+    def step(self, p, exchange="gradients", allreduce="ring", scaling="strong", rule=False):
+        """(compute, exchange) seconds of one step on the slowest rank, one core per process; `rule`: under
+        main.py's large-batch rule."""
+        kappa = self.kappa[exchange] if p > 1 else 1.0
+        compute = kappa * self.work(p, exchange, scaling) + (self.rule_update if rule else 0.0)
+        if exchange == "factors":
+            return compute, exchange_time(self.fits, "allgather", p, self.factor_row * self.rows(p, scaling))
+        return compute, exchange_time(self.fits, allreduce, p, self.parameters)
+
+    def evaluate(self, p, shared, exchange="gradients"):
         """Seconds of one validation pass on rank 0 of p processes: a p-th of it if they share it."""
         if p == 1:
             return self.evaluation
-        return self.kappa * self.evaluation / (p if shared else 1)
+        return self.kappa[exchange] * self.evaluation / (p if shared else 1)
 
     def epoch(self, p, shared_evaluation, scaling="strong", **kind):
         """(seconds, samples) of one epoch, one core per process."""
         compute, exchange = self.step(p, scaling=scaling, **kind)
         steps = math.ceil(self.batches / p) if scaling == "weak" else self.batches
-        return steps * (compute + exchange) + self.evaluate(p, shared_evaluation), steps * self.rows(p, scaling)
+        evaluation = self.evaluate(p, shared_evaluation, kind.get("exchange", "gradients"))
+        return steps * (compute + exchange) + evaluation, steps * self.rows(p, scaling)
 
     def speedup(self, p, shared_evaluation, **kind):
         """Predicted samples per second relative to serial's."""
@@ -162,17 +197,17 @@ class CostModel:
         return (samples / seconds) / (serial_samples / serial_seconds)
 
     def predictions(self, shared_evaluation):
-        """{(P, series): predicted speed-up} for every P in PREDICTED and every series in SERIES."""
-        return {(p, s): self.speedup(p, shared_evaluation, scaling=s[0], exchange=s[1], allreduce=s[2])
-                for p in PREDICTED for s in SERIES}
+        """{(P, series): predicted speed-up} for every P in PREDICTED and every series in SERIES; weak scaling under
+        main.py's large-batch rule, its default there."""
+        return {(p, s): self.speedup(p, shared_evaluation, scaling=s[0], exchange=s[1], allreduce=s[2],
+                                     rule=s[0] == "weak") for p in PREDICTED for s in SERIES}
 
     def run(self, entry):
         """(model seconds or None, time-sharing factor, (compute, exchange) per step, evaluation per epoch) of
         a measured serial or sync run: one core per process, times P/cores when P ranks share fewer cores."""
-        p = entry["processes"]
-        parts = self.step(p, entry.get("exchange") or "gradients", entry.get("allreduce"),
-                          entry.get("scaling") or "strong")
-        evaluation = self.evaluate(p, entry.get("evaluation_time") is not None)
+        p, exchange = entry["processes"], entry.get("exchange") or "gradients"
+        parts = self.step(p, exchange, entry.get("allreduce"), entry.get("scaling") or "strong", not plain_step(entry))
+        evaluation = self.evaluate(p, entry.get("evaluation_time") is not None, exchange)
         steps = entry.get("steps") or (entry["epochs"] * entry["batches"] if entry["mode"] == "serial" else None)
         share = max(1.0, p / self.cores)
         if not self.ready or not steps or parts[1] is None:

@@ -91,7 +91,10 @@ def plot_speedup(results, path):
     """Measured speed-ups (points) against the model's one-core-per-process prediction (lines), per scaling."""
     fig, axes = figure(3.2, 2, sharey=True)
     speed = results.model.predictions(results.shared_evaluation()) if results.model.ready else {}
-    colour = lambda label: "C2" if "factors" in label else "C1" if "mpi" in label.lower() else "C0"  # noqa
+    # a colour per exchange; the capped step's own, or its points would read as the rule's (no model line: the
+    # predicted weak series run under main.py's rule)
+    colour = lambda label: ("C2" if "factors" in label else "C1" if "mpi" in label.lower()  # noqa: E731
+                            else "C4" if "capped" in label else "C0")
     for ax, scaling in zip(axes, ("strong", "weak")):
         for series in (s for s in SERIES if s[0] == scaling and speed):
             name = f"{series[1]}, {series[2]}".replace("mpi", "MPI")

@@ -54,8 +54,7 @@ class Results:
         self.configs = aggregate(self.runs)
         self.fits = fit_exchange(self.allreduce, self.cores) if self.allreduce else {}
         self.model = CostModel(self.compute_rows, self.fits, self.settings, self.cores)
-        self.model.calibrate([e for e in self.entries("sync") if e["processes"] <= self.cores
-                              and e.get("exchange") != "factors"])
+        self.model.calibrate([e for e in self.entries("sync") if e["processes"] <= self.cores])
         self.compare_with_serial()
 
     def get(self, label, processes):

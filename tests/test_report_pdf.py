@@ -76,8 +76,10 @@ def test_report_stops_naming_the_page_count_when_the_pdf_cannot_fit(tmp_path):
     (dict(async_time=12.0), "async was *slower* (12.00 s against 10.00 s)"),
     (dict(plain_accuracy=9.58), "Here plain asynchronous SGD *diverged*; the default *did not diverge*"),
     (dict(plain_accuracy=91.0), "Here plain asynchronous SGD *did not diverge*; the default *did not diverge*"),
-    (dict(sync_time=2.5, weak_time=1.0), "best weak run reached 2.00× (sync ring weak, P = 2), also ahead of the best"),
-    (dict(sync_time=2.5, weak_time=3.0), "best weak run reached 0.67× (sync ring weak, P = 2), not ahead of the best")])
+    (dict(sync_time=2.5, weak_time=1.0),
+     "best weak run reached 2.00× (gradients over the ring, large-batch rule, P = 2), also ahead of the best"),
+    (dict(sync_time=2.5, weak_time=3.0),
+     "best weak run reached 0.67× (gradients over the ring, large-batch rule, P = 2), not ahead of the best")])
 def test_the_pdf_says_what_the_numbers_say(tmp_path, settings, phrase):
     """The PDF's claims turn on the same comparisons as REPORT.md's: synthetic results on both sides of each."""
     assert phrase in " ".join(render(fake_results(tmp_path / "out", matrix(**settings)), pdf=True).split())
