@@ -62,7 +62,8 @@ def failure(error):
 
 
 def abort_on_error(results, **context):
-    """Decorator body: run a task; on any exception write it down and end the whole job."""
+    """A decorator: the task runs; an exception is written down, with the submission's file:line, and ends
+    the whole job (the parent reads it and reruns what is left)."""
     def decorate(task):
         @functools.wraps(task)
         def run(*args):
