@@ -191,8 +191,13 @@ def read_results(log_dir, processes):
 
 # ----------------------------------------------------------------------------- where ranks wait
 
+RETURNED = {"case_end": "has returned from the call under test", "fit_end": "has finished fit"}  # driver marks
+
+
 def call_text(record):
-    """'Recv(source=ANY_SOURCE, tag=3, 5 float64)' for a logged call."""
+    """'Recv(source=ANY_SOURCE, tag=3, 5 float64)' for a logged call ('Waitall' for a wait)."""
+    if "reqs" in record:
+        return record["f"]
     parts = []
     if "peer" in record:
         word = "source" if record["f"].lower().endswith(("recv", "probe")) else "dest"
@@ -223,9 +228,9 @@ def describe_waits(calls, now):
         if not made:
             lines.append(f"rank {rank} made no MPI call")
         elif not blocked:
-            last = made[-1]
-            lines.append(f"rank {rank} is in no MPI call of the submission (its last, {call_text(last)} at "
-                         f"{last.get('at')}, returned {now - last['t']:.0f} s before)")
+            last, where = made[-1], RETURNED.get(records[-1].get("what"), "is in no MPI call of the submission")
+            lines.append(f"rank {rank} {where} (its last MPI call, {call_text(last)} at {last.get('at')}, "
+                         f"returned {now - last['t']:.0f} s before)")
         elif blocked[-1]["k"] in ("wait", "test"):
             call = blocked[-1]
             awaited = " and ".join(f"{call_text(by_id[i])} [{by_id[i].get('at')}]"

@@ -183,7 +183,8 @@ def test_where_ranks_wait_is_read_off_their_logs():
         [{"i": 1, "t": 11.0, "f": "Recv", "k": "p2p-blocking", "peer": "ANY_SOURCE", "tag": 3, "n": 7,
           "dt": "float32", "at": "async_network.py:88 do_master"}],
         [{"i": 1, "t": 5.0, "f": "Isend", "k": "p2p", "peer": 0, "tag": 5, "n": 3, "dt": "float64", "at": "a.py:9 g"},
-         {"i": 2, "t": 5.1, "f": "Wait", "k": "wait", "reqs": [1], "at": "a.py:10 g"}, {"e": 2, "t": 5.2}],
+         {"i": 2, "t": 5.1, "f": "Wait", "k": "wait", "reqs": [1], "at": "a.py:10 g"}, {"e": 2, "t": 5.2},
+         {"i": 3, "t": 5.3, "f": "mark", "k": "mark", "what": "case_end", "case": 4}],
         [],
     ]
     lines = describe_waits(calls, now=41.0)
@@ -191,7 +192,8 @@ def test_where_ranks_wait_is_read_off_their_logs():
                         "since 30 s")
     assert lines[1] == ("rank 1 waits in Recv(source=ANY_SOURCE, tag=3, 7 float32), blocking, at "
                         "async_network.py:88 do_master, since 30 s")
-    assert lines[2].startswith("rank 2 is in no MPI call of the submission (its last, Wait() at a.py:10 g")
+    assert lines[2] == ("rank 2 has returned from the call under test (its last MPI call, Wait at a.py:10 g, "
+                        "returned 36 s before)")
     assert lines[3] == "rank 3 made no MPI call"
 
 
