@@ -48,7 +48,7 @@ SEED = 1
 SERIAL_SEEDS = (1, 2, 3, 4, 5)
 UNTRAINED_BELOW = 20.0  # test accuracy (%) under which a model is called untrained (chance is about 10 %)
 
-Case = collections.namedtuple("Case", "index algorithm size dtype op shape buffer")
+Case = collections.namedtuple("Case", "index algorithm size dtype op ndim buffer")
 
 
 def allreduce_sizes(processes):
@@ -68,13 +68,13 @@ def allreduce_cases(processes, algorithms=tuple(ALGORITHMS), matrix="course"):
     """Every case for P = `processes`, in running order: per algorithm, sizes largest first."""
     dtypes = CONTRACT_DTYPES if matrix == "contract" else COURSE_DTYPES
     ops = list(OPS) + (list(CONTRACT_OPS) if matrix == "contract" else [])
-    shapes = (1, 2, 3) if matrix == "contract" else (1,)
+    dimensions = (1, 2, 3) if matrix == "contract" else (1,)
     cases = []
     for algorithm in algorithms:
         for size in allreduce_sizes(processes):
             for dtype in dtypes:
                 for op in ops:
-                    for ndim in shapes:
+                    for ndim in dimensions:
                         cases.append((algorithm, size, dtype, op, ndim, None))
         if matrix == "contract":
             size = 2 * processes + 3
@@ -103,7 +103,7 @@ def case_input(case, rank):
         data = rng.integers(-1000, 1001, size=case.size)
     else:
         data = rng.standard_normal(case.size)
-    return data.astype(case.dtype).reshape(shape_of(case.size, case.shape))
+    return data.astype(case.dtype).reshape(shape_of(case.size, case.ndim))
 
 
 def op_reference(op):

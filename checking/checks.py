@@ -50,7 +50,6 @@ class Check:
     summary: str = ""
     details: list = dataclasses.field(default_factory=list)
     command: str = ""
-    cases: list = dataclasses.field(default_factory=list)
 
     @property
     def title(self):
@@ -139,8 +138,8 @@ def check_files(run):
         outcome = run.job("imports", "imports", len(compiled), "--modules", ",".join(n[:-3] for n in compiled))
         imported = {record["module"] for rank in outcome.results for record in rank if record.get("imported")}
         for record in (record for rank in outcome.results for record in rank if "error" in record):
-            run.broken[record["module"]] = f"does not import: {record['at'] or ''}: {record['error']}".replace(
-                "import: : ", "import: ")
+            where = f"{record['at']}: " if record.get("at") else ""
+            run.broken[record["module"]] = f"does not import: {where}{record['error']}"
         for name in compiled:
             if name[:-3] not in imported and name[:-3] not in run.broken:
                 run.broken[name[:-3]] = f"did not finish importing ({outcome.status}): " + "; ".join(outcome.waits)
