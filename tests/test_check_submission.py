@@ -11,7 +11,7 @@ import pytest
 from conftest import PROJECT_DIR, run_checker, run_python
 
 sys.path.insert(0, os.path.join(PROJECT_DIR, "tests", "fixtures", "submissions"))
-from mutants import CORRECT, MUTANTS, SKELETON, build  # noqa: E402
+from mutants import CORRECT, CORRECT_B, MUTANTS, SKELETON, build  # noqa: E402
 
 from checking.checks import CHECKS, Check, check_report, questions_in_order  # noqa: E402
 from checking.jobs import FIVE_FILES, describe_waits  # noqa: E402
@@ -61,17 +61,23 @@ def tree_digest(path):
 
 # ----------------------------------------------------------------------------- whole submissions
 
-def test_correct_fixture_passes_every_check_and_is_left_untouched():
-    before = tree_digest(CORRECT)
-    code, record, stdout, _ = check(CORRECT)
+@pytest.mark.parametrize("folder", [CORRECT, CORRECT_B], ids=["correct", "correct_b"])
+def test_correct_fixture_passes_every_check_and_is_left_untouched(folder):
+    """Two students' correct hw3 in two styles: one per-layer messages and blocking-style waits, the other
+    flat buffers, its own communicator, a Waitany server with receives it cancels at the end, and a refusal
+    (a ValueError of its own) with fewer workers than masters."""
+    before = tree_digest(folder)
+    code, record, stdout, _ = check(folder)
     assert code == 0, stdout
     found = statuses(record)
     assert set(found) == set(CHECKS)
     assert {c for c, s in found.items() if s != "pass"} == set(INFORMATION), found
     assert found["async.ranks"] == "info" and found["timing"] == "skip"
-    assert stdout.startswith("# hw3 check: correct") and "**PASS**" in stdout
+    assert stdout.startswith(f"# hw3 check: {os.path.basename(folder)}") and "**PASS**" in stdout
     assert sum(line.startswith("| `") for line in stdout.splitlines()) == len(CHECKS)  # a line per check
-    assert tree_digest(CORRECT) == before
+    assert tree_digest(folder) == before
+    if folder == CORRECT_B:
+        assert "M = 2, P = 3: refused" in stdout
 
 
 def test_this_projects_files_and_report_pass_every_check_as_the_course_receives_them(tmp_path):
