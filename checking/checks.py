@@ -42,7 +42,7 @@ CHECKS = {  # id -> title, in the sheet's order
     "async.ranks": "Asynchronous: every rank's test accuracy",
     "mpi.requests": "MPI usage: every non-blocking request completed (Wait or Test) before the function returns",
     "mpi.in_flight": "MPI usage: no send buffer changed while its message is in flight",
-    "mpi.unreceived": "MPI usage: no message left unreceived (a warning, not graded)",
+    "mpi.unreceived": "MPI usage: no message left unreceived (a warning, never a failure)",
     "timing": "Run times beside this reference's, same machine",
 }
 INFORMATION = ("async.ranks", "timing")  # listed, never graded

@@ -33,8 +33,8 @@ and for a send a sampled digest of its buffer when it was posted. At completion 
 difference is a send buffer changed while its message was in flight. The recorder holds each request (and
 so its buffer) until it completes, so a request the submission drops cannot let MPI read or write freed
 memory; a dropped one is completed by the recorder in the background (it is the recorder's alone then) and
-still counted as never completed. Usage(): what the driver reports when the function under test or fit
-returns (usage.py judges it).
+still counted as never completed. close_scope() hands the driver what to report when the function under
+test or fit returns (usage.py judges it).
 """
 import hashlib
 import inspect
@@ -99,7 +99,7 @@ class Recorder:
         self.root = os.path.join(os.path.realpath(submission_dir), "")
         self.ids = itertools.count(1)
         self.polling = None  # (ident, signature, polls) of a Test being repeated without success
-        self.lock = threading.Lock()
+        self.lock, self.sweeping = threading.Lock(), threading.Lock()
         self.requests = {}  # call id -> Tracked: a request the submission has not completed yet
         self.dropped = []  # Tracked requests the submission let go of, completed by the recorder
         self.changed = []  # (Tracked, where it completed): send buffers that changed in flight
@@ -188,17 +188,22 @@ class Recorder:
     def sweep(self):
         """Complete, in the background, the requests only the recorder still holds (the submission dropped
         them): they stay counted as never completed, and their buffers go once MPI is done with them."""
-        with self.lock:
-            entries = list(self.requests.values())
-        for entry in entries:
-            if not entry.dropped and sys.getrefcount(entry.request) > 2:  # the entry's and the argument's
-                continue
-            entry.dropped = True
-            if BaseRequest.Test(entry.request):
-                with self.lock:
-                    self.requests.pop(entry.ident, None)
-                    self.dropped.append(entry.facts())
-                entry.release()
+        if not self.sweeping.acquire(blocking=False):  # another thread sweeps: one Test per request at a time
+            return
+        try:
+            with self.lock:
+                entries = list(self.requests.values())
+            for entry in entries:
+                if not entry.dropped and sys.getrefcount(entry.request) > 2:  # the entry's and the argument's
+                    continue
+                entry.dropped = True
+                if BaseRequest.Test(entry.request):
+                    with self.lock:
+                        self.requests.pop(entry.ident, None)
+                        self.dropped.append(entry.facts())
+                    entry.release()
+        finally:
+            self.sweeping.release()
 
     def close_scope(self):
         """-> (requests never completed, [(send, where it completed)] changed in flight) since the last
