@@ -5,5 +5,10 @@
     driver      what runs under mpiexec, in a scratch copy of the submission (python -m checking.driver)
     jobs        the scratch copy, and MPI jobs run under timeouts that name where a hung rank waits
     checks      the checks: which jobs they need and how each is judged
+    allreduce   the rules of parts 1a and 1b and questions 12-13: naive and ring against MPI's Allreduce
+    training    the rules of parts 1 and 2: the synchronous and asynchronous networks on MNIST
+    usage       MPI usage errors, as MUST reports them: requests never completed, send buffers changed in
+                flight, messages never received
+    timing      --timing: the submission's run times beside this reference's
     sheet       the grade sheet (Markdown), the JSON record and the CSV summary
 """

@@ -4,7 +4,9 @@ One job per process count runs every case (cases.py) against MPI's Allreduce of 
 that hangs or raises ends its job; the job is run again without it and without the rest of its group
 (e.g. every size below P), so a submission that hangs costs a stall timeout per group, not one per case,
 and every other case is still judged. After two failed groups at one P, the function's remaining cases
-at that P are not run, and when it passed nothing at a P it is not run at larger ones.
+at that P are not run. Every P is judged on its own (a ring that aborts at P = 1, where a rank is its own
+neighbour, is still judged at P = 2-5); only when it passed nothing at two process counts in a row is it
+not run at larger ones.
 
 Judged per function from the results and the recorded calls between each case's markers:
     agrees   every rank's recv equals MPI's (floats within 2 P eps sum |x|; integers, max, products exact)
@@ -17,6 +19,7 @@ Judged per function from the results and the recorded calls between each case's 
 import collections
 
 from checking.cases import ALGORITHMS, OPS, allreduce_cases, size_class
+from checking.jobs import call_text
 from checking.recording import KINDS
 
 __all__ = ["check_allreduce", "elements_sent"]
@@ -26,6 +29,7 @@ SENDS = {name for name, kind in KINDS.items() if kind in ("p2p", "p2p-blocking")
 VOLUME_SIZES = (1000, 2 ** 18 + 1)  # large enough that how the chunks are rounded hardly matters
 NAMES = {"naive": "allreduce", "ring": "ringallreduce"}
 MAX_FAILED_GROUPS = 2
+HOPELESS_IN_A_ROW = 2  # process counts in a row where a function passed nothing before larger ones are not run
 
 Failure = collections.namedtuple("Failure", "case kind message waits")
 
@@ -69,7 +73,7 @@ class Attempts:
         if not open_cases:
             return None
         kind = {"hung": "hangs", "timeout": "ran out of time"}.get(outcome.status, "crashed")
-        message = "" if kind != "crashed" else last_error_line(outcome.stderr)
+        message = "" if kind != "crashed" else last_error_line(outcome.stderr) + last_calls(outcome.calls)
         return Failure(max(open_cases), kind, message, outcome.waits)
 
     def give_up(self, failure, reason_of_skip):
@@ -94,8 +98,22 @@ class Attempts:
 
 
 def last_error_line(text):
+    """The line of MPI's or Python's message that says what went wrong."""
     lines = [line for line in text.splitlines() if line.strip() and "====" not in line]
+    overlap = next((line.strip() for line in lines if "memory ranges overlap" in line), None)
+    if overlap:  # MPICH's words for a message sent and received through one buffer
+        return f"MPICH aborted: {overlap.split(',')[0]} (one buffer both sent and received)"
     return next((line.strip() for line in reversed(lines) if "Error" in line or "error" in line), "")
+
+
+def last_calls(calls):
+    """'; rank 0's last MPI call: Isend(dest=0, ...) at file:line' for the ranks of a crashed job."""
+    found = []
+    for rank, records in enumerate(calls):
+        made = [record for record in records if record.get("k") not in (None, "mark")]
+        if made:
+            found.append(f"rank {rank}'s last MPI call: {call_text(made[-1])} at {made[-1].get('at')}")
+    return "".join(f"; {line}" for line in found)
 
 
 def run_processes(run, processes, algorithms):
@@ -125,30 +143,33 @@ def run_processes(run, processes, algorithms):
 
 def check_allreduce(run):
     """Run and judge the naive and ring checks that were asked for."""
-    wanted = [a for a in ALGORITHMS if run.wants(*(f"{a}.{p}" for p in ("agrees", "rules", "buffers", "volume")))]
+    wanted = [a for a in ALGORITHMS if run.runs(*(f"{a}.{p}" for p in ("agrees", "rules", "buffers", "volume")))]
     runnable = []
     for algorithm in wanted:
         reason = run.missing(ALGORITHMS[algorithm][0])
         if reason:
             for part in ("agrees", "rules", "buffers", "volume"):
-                run.check(f"{algorithm}.{part}").skip(f"not run: {reason}")
+                if f"{algorithm}.{part}" in run.checks:
+                    run.check(f"{algorithm}.{part}").cannot(reason)
         else:
             runnable.append(algorithm)
     if not runnable:
         return
-    by_processes, hopeless = {}, set()
+    by_processes, failed_in_a_row = {}, {a: [] for a in runnable}  # the P's in a row that passed nothing
     for processes in run.options.processes:
-        active = [a for a in runnable if a not in hopeless]
+        active = [a for a in runnable if len(failed_in_a_row[a]) < HOPELESS_IN_A_ROW]
         if not active:
             break
         by_processes[processes] = attempts = run_processes(run, processes, active)
-        hopeless |= {a for a in active if not attempts.passed_any(a)
-                     and sum(attempts.cases[c].algorithm == a for c in attempts.failures) >= MAX_FAILED_GROUPS}
+        for a in active:
+            hopeless = not attempts.passed_any(a) and sum(
+                attempts.cases[c].algorithm == a for c in attempts.failures) >= MAX_FAILED_GROUPS
+            failed_in_a_row[a] = failed_in_a_row[a] + [processes] if hopeless else []
     for algorithm in runnable:
-        judge(run, algorithm, by_processes, hopeless)
+        judge(run, algorithm, by_processes, failed_in_a_row[algorithm])
 
 
-def judge(run, algorithm, by_processes, hopeless):
+def judge(run, algorithm, by_processes, failed_in_a_row):
     """Fill the four checks of one function from every P's attempts."""
     name = NAMES[algorithm]
     wrong, damaged, collectives, blocking, volume_failures, volume_table = [], [], [], [], [], []
@@ -159,11 +180,12 @@ def judge(run, algorithm, by_processes, hopeless):
         judge_results(name, processes, cases, attempts, wrong, damaged)
         judge_rules(name, processes, cases, attempts, collectives, blocking)
         judge_volume(algorithm, processes, cases, attempts, volume_failures, volume_table)
-    tried = ", ".join(map(str, by_processes))
-    later = sorted(set(run.options.processes) - set(by_processes)) if algorithm in hopeless else []
+    ran = [p for p, attempts in by_processes.items() if any(c.algorithm == algorithm for c in attempts.cases)]
+    tried = ", ".join(map(str, ran))
+    later = [p for p in run.options.processes if p not in ran] if len(failed_in_a_row) >= HOPELESS_IN_A_ROW else []
     if later:
         wrong.append((f"{name} not run at P = {', '.join(map(str, later))}: it passed no case at P = "
-                      f"{max(by_processes)}", None, max(by_processes)))
+                      f"{' and '.join(map(str, failed_in_a_row))}", None, failed_in_a_row[-1]))
     verdicts = {
         "agrees": (grouped(wrong), f"P = {tried}: {counted} cases against MPI's Allreduce"
                    + (f", {len(wrong)} wrong or unfinished" if wrong else ", all agree"), ()),
@@ -180,7 +202,7 @@ def judge(run, algorithm, by_processes, hopeless):
     for part, (failures, summary, warnings) in verdicts.items():
         check = run.check(f"{algorithm}.{part}")
         if part != "agrees" and not completed:
-            check.skip(f"no case completed (see {algorithm}.agrees)")
+            check.cannot(f"no case completed (see {algorithm}.agrees)")
             continue
         if part == "volume" and not volume_table and not volume_failures:
             check.skip("counted with more than one process only")

@@ -22,7 +22,7 @@ import collections
 import numpy as np
 
 __all__ = ["Case", "allreduce_cases", "allreduce_sizes", "size_class", "case_input", "tolerance", "ALGORITHMS", "OPS",
-           "SETTINGS", "SERIAL_SEEDS", "SEED", "UNTRAINED_BELOW"]
+           "SETTINGS", "SERIAL_SEEDS", "SEED", "UNTRAINED_BELOW", "rank_seed"]
 
 ALGORITHMS = {"naive": ("my_naive_allreduce", "allreduce"), "ring": ("my_ring_allreduce", "ringallreduce")}
 COURSE_DTYPES = ("float64", "float32", "int64")
@@ -47,6 +47,12 @@ SETTINGS = {"sizes": [784, 128, 64, 10], "learning_rate": 0.1, "mini_batch_size"
 SEED = 1
 SERIAL_SEEDS = (1, 2, 3, 4, 5)
 UNTRAINED_BELOW = 20.0  # test accuracy (%) under which a model is called untrained (chance is about 10 %)
+
+def rank_seed(seed, rank):
+    """Rank `rank`'s own seed of a run seeded `seed`: every rank draws its own numbers, as under the course's
+    unseeded main.py, but the run can be repeated."""
+    return 1000 * seed + rank
+
 
 Case = collections.namedtuple("Case", "index algorithm size dtype op ndim buffer")
 

@@ -3,16 +3,19 @@
 A check has an id (`ring.volume`), a title, a status (pass, fail, warn: passes with a remark, skip: not
 run and why, info: not graded), a one-line summary, the details a student needs to act, and the command
 that reproduces it alone. check_all() runs the selected checks on one scratch copy: the files first,
-then the allreduce (allreduce.py), then the training runs (training.py); a module that is missing or
-does not import skips the checks that need it, and nothing else.
+then the allreduce (allreduce.py), then the training runs (training.py), then the MPI usage errors those
+jobs showed (usage.py). A check that cannot run because of the submission (its module missing or not
+importing, no run finishing) fails, saying why: PASS means every check asked for ran and passed. Only a
+check the options leave out (timing without --timing, volume with P = 1 alone) is skipped.
 """
 import dataclasses
 import os
 import re
 
 from checking.jobs import FIVE_FILES, REPORT, Job, run_job
+from checking.usage import USAGE_CHECKS
 
-__all__ = ["Check", "CHECKS", "INFORMATION", "Run", "check_all", "selected"]
+__all__ = ["Check", "CHECKS", "INFORMATION", "WARNING_ONLY", "Run", "check_all", "selected"]
 
 CHECKS = {  # id -> title, in the sheet's order
     "files.present": "The five files are in the submission",
@@ -37,9 +40,13 @@ CHECKS = {  # id -> title, in the sheet's order
     "async.rules": "Asynchronous: only non-blocking point-to-point calls and waits during training",
     "async.model": "Asynchronous: rank 0 ends with the trained model (within 3 points of serial)",
     "async.ranks": "Asynchronous: every rank's test accuracy",
+    "mpi.requests": "MPI usage: every non-blocking request completed (Wait or Test) before the function returns",
+    "mpi.in_flight": "MPI usage: no send buffer changed while its message is in flight",
+    "mpi.unreceived": "MPI usage: no message left unreceived (a warning, never a failure)",
     "timing": "Run times beside this reference's, same machine",
 }
 INFORMATION = ("async.ranks", "timing")  # listed, never graded
+WARNING_ONLY = ("mpi.unreceived",)  # graded, but what it finds is a warning, never a failure
 MODULE = {name[:-3]: name for name in FIVE_FILES}  # module -> file
 
 
@@ -67,7 +74,14 @@ class Check:
         return self
 
     def skip(self, reason):
+        """Not run because the options leave it out (not because of the submission)."""
         self.status, self.summary = "skip", reason
+        return self
+
+    def cannot(self, reason):
+        """Not run because of the submission (a module missing or broken, no run finished): a failure."""
+        self.status, self.summary = "fail", f"not run: {reason}"
+        self.details = [f"this check could not run, so it fails: {reason}"]
         return self
 
 
@@ -87,6 +101,13 @@ class Run:
 
     def wants(self, *ids):
         return any(check_id in self.checks for check_id in ids)
+
+    def runs(self, *ids):
+        """Whether the jobs of checks `ids` run: one of them is selected, or the MPI usage checks are and no
+        allreduce or training check is (they then judge every job)."""
+        usage_alone = self.wants(*USAGE_CHECKS) and not any(
+            check_id.split(".")[0] in ("naive", "ring", "sync", "async") for check_id in self.checks)
+        return self.wants(*ids) or usage_alone
 
     def job(self, name, task, processes, *arguments, record=True, scratch=None):
         """Run one driver job under the stall and time limits -> its Outcome (kept for the record)."""
@@ -109,12 +130,13 @@ class Run:
 
 def check_all(run):
     """Run every selected check on the submission -> the list of Checks, in the sheet's order."""
-    from checking import allreduce, timing, training
+    from checking import allreduce, timing, training, usage
     check_files(run)
     if run.wants("report"):
         check_report(run.check("report"), run.scratch)
     allreduce.check_allreduce(run)
     training.check_training(run)
+    usage.check_usage(run)
     if run.wants("timing") and run.options.timing:
         timing.check_timing(run)
     elif "timing" in run.checks:
@@ -171,7 +193,7 @@ def check_report(check, scratch):
     """hw3.pdf, if submitted: at most 5 pages (pypdf), and headings numbered 1 to 13 in its text, in order."""
     path = os.path.join(scratch.work, REPORT)
     if REPORT not in scratch.submitted:
-        return check.skip("no hw3.pdf in the submission")
+        return check.cannot("no hw3.pdf in the submission")
     try:
         import pypdf
         reader = pypdf.PdfReader(path)

@@ -16,12 +16,14 @@ The data, the bundled MNIST in the course's form (float pixels in [0, 1], float 
 from the file $CHECK_DATA that the parent wrote.
 """
 import argparse
+import collections
 import functools
 import hashlib
 import importlib
 import inspect
 import json
 import os
+import random
 import sys
 import time
 import traceback
@@ -31,7 +33,7 @@ from mpi4py import MPI
 
 from checking import recording
 from checking.cases import (ALGORITHMS, BAD_CALLS, CONTRACT_OPS, OPS, SETTINGS, case_input,
-                            allreduce_cases, op_reference, tolerance)
+                            allreduce_cases, op_reference, rank_seed, tolerance)
 
 __all__ = ["main"]
 
@@ -51,14 +53,29 @@ class Results:
 
 
 def failure(error):
-    """-> (one line, 'file:line function' of the innermost frame in the submission) for an exception."""
+    """-> (one line, 'file:line function' of the innermost frame in the submission, whether the submission
+    raised it on purpose) for an exception."""
     here = os.path.join(os.getcwd(), "")
     frames = [frame for frame in traceback.extract_tb(error.__traceback__)
               if os.path.isabs(frame.filename) and os.path.realpath(frame.filename).startswith(here)]
     where = f"{os.path.relpath(frames[-1].filename)}:{frames[-1].lineno} {frames[-1].name}" if frames else None
     if isinstance(error, SyntaxError) and error.filename:
         where = f"{os.path.basename(error.filename)}:{error.lineno}"
-    return f"{type(error).__name__}: {error}".strip(), where
+    return f"{type(error).__name__}: {error}".strip(), where, deliberate(error, frames[-1] if frames else None)
+
+
+def deliberate(error, frame):
+    """Whether the submission's own line raised `error` on purpose, with a message: a `raise` of that
+    exception or an `assert` in its file, or sys.exit("...") / exit("..."). An AttributeError, TypeError,
+    KeyError, ... that the interpreter raises inside an expression of that line is a bug, not a refusal."""
+    if frame is None or not str(error).strip():
+        return False
+    line = (frame.line or "").strip()
+    if isinstance(error, SystemExit):
+        return not isinstance(error.code, int) and "exit(" in line
+    if isinstance(error, AssertionError) and line.startswith("assert "):
+        return True
+    return line.startswith("raise ") and type(error).__name__ in line
 
 
 def abort_on_error(results, **context):
@@ -70,8 +87,9 @@ def abort_on_error(results, **context):
             try:
                 return task(*args)
             except BaseException as error:  # noqa: B902 - SystemExit from a submission ends the job too
-                message, where = failure(error)
-                results.write(error=message, at=where, trace=traceback.format_exc()[-4000:], **context)
+                message, where, on_purpose = failure(error)
+                results.write(error=message, at=where, deliberate=on_purpose, trace=traceback.format_exc()[-4000:],
+                              **context)
                 sys.stdout.flush()
                 WORLD.Abort(1)
         return run
@@ -88,21 +106,25 @@ def load_data():
 
 
 def build(module, class_name, settings, seed, *extra):
-    """Build the submission's class positionally, as the course's main.py does, from a fixed seed.
+    """Build the submission's class positionally, as the course's main.py does, with nothing seeded alike.
 
-    Every rank seeds numpy's global generator alike (the skeleton draws its initial weights there);
-    a class that takes `seed=` (this project's) gets it too.
+    The course's main.py seeds nothing, so each rank draws its own initial weights and batches; here rank r
+    seeds numpy's global generator and `random` with its own seed (rank_seed), which is the same but
+    repeatable. A class that takes `seed=` (this project's) gets it too.
     """
     cls = getattr(importlib.import_module(module), class_name)
-    np.random.seed(seed)
+    own = rank_seed(seed, RANK)
+    np.random.seed(own)
+    random.seed(own)
     takes_seed = "seed" in inspect.signature(cls).parameters
     arguments = [settings[key] for key in ("sizes", "learning_rate", "mini_batch_size", "number_of_batches",
                                            "epochs")]
-    return cls(*arguments, *extra, **({"seed": seed} if takes_seed else {}))
+    return cls(*arguments, *extra, **({"seed": own} if takes_seed else {}))
 
 
-def instrument(network, recorder):
-    """Mark every back_prop in the log with the rows of the forward_prop before it (a training step)."""
+def instrument(network, recorder, fingerprints=False):
+    """Mark every back_prop in the log with the rows of the forward_prop before it (a training step) and,
+    with `fingerprints`, a fingerprint of the parameters it starts from (to find where replicas part)."""
     forward, backward = network.forward_prop, network.back_prop
     rows = [None]
 
@@ -111,10 +133,23 @@ def instrument(network, recorder):
         return forward(x, *args, **kwargs)
 
     def back_prop(y, *args, **kwargs):
-        recorder.mark("back_prop", rows=rows[0] if rows[0] is not None else len(y))
+        extra = {"fp": fingerprint(network)} if fingerprints else {}
+        recorder.mark("back_prop", rows=rows[0] if rows[0] is not None else len(y), **extra)
         return backward(y, *args, **kwargs)
 
     network.forward_prop, network.back_prop = forward_prop, back_prop
+
+
+def fingerprint(network):
+    """Every weight's and bias's bits summed as integers: tens of microseconds a step where a hash of
+    the 109,386 parameters costs a millisecond, and two replicas that differ in one bit differ here too."""
+    total = 0
+    for array in list(network.weights) + list(network.biases):
+        array = np.ascontiguousarray(array)
+        if array.size and array.itemsize in (1, 2, 4, 8):
+            bits = int(array.reshape(-1).view(f"u{array.itemsize}").sum(dtype=np.uint64))
+            total = (total * 1000003 + bits) % 2 ** 64
+    return f"{total:016x}"
 
 
 def mark_calls(module_name, function_name, recorder):
@@ -139,13 +174,14 @@ def digest(network):
     return hasher.hexdigest()
 
 
-def train(arguments, recorder, results, module, class_name, *extra):
-    """Build, fit on the course's data, then record this rank's time, test accuracy and digest."""
+def train(arguments, recorder, results, module, class_name, *extra, fingerprints=False):
+    """Build, fit on the course's data, then record this rank's time, test accuracy and digest, and the
+    MPI usage errors of the run (close_scope)."""
     training, validation, test = load_data()
     settings = dict(SETTINGS, number_of_batches=arguments.batches, epochs=arguments.epochs)
     network = build(module, class_name, settings, arguments.seed, *extra)
     if recorder is not None:
-        instrument(network, recorder)
+        instrument(network, recorder, fingerprints)
         recorder.mark("fit")
     start = time.perf_counter()
     network.fit(training, validation)
@@ -155,6 +191,73 @@ def train(arguments, recorder, results, module, class_name, *extra):
     accuracy = 100 * network.validate(test) / len(test[0])
     results.write(time=elapsed, accuracy=accuracy, digest=digest(network),
                   masters=getattr(network, "num_masters", None))
+    if recorder is not None:
+        close_scope(recorder, results, "fit", model_arrays(network))
+
+
+# ----------------------------------------------------------------------------- MPI usage errors
+
+DRAIN_QUIET_ROUNDS = 5  # probes in a row that find nothing before no message is taken to be left
+FINISH_SECONDS = 1.0  # how long the leftover requests get to complete before the next case
+
+
+def close_scope(recorder, results, scope, arrays, **context):
+    """The function under test or fit has returned: write down the requests it never completed and the
+    send buffers it changed in flight, then, once every rank is here, the messages no one received; finish
+    the leftovers so that the next case starts clean."""
+    pending, changed = recorder.close_scope()
+    for facts, count in collections.Counter(usage_key(facts, arrays) for facts in pending).items():
+        results.write(usage="pending", scope=scope, count=count, **dict(facts), **context)
+    for facts, count in collections.Counter(usage_key(facts, arrays, completed_at=where)
+                                            for facts, where in changed).items():
+        results.write(usage="in_flight", scope=scope, count=count, **dict(facts), **context)
+    WORLD.Barrier()
+    for (source, tag), count in sorted(drain(recorder).items()):
+        results.write(usage="unreceived", scope=scope, source=source, tag=tag, count=count, **context)
+    recorder.finish(FINISH_SECONDS)
+
+
+def usage_key(facts, arrays, **more):
+    """A request's facts without what differs from call to call (id, address), with the array it is into."""
+    key = {k: v for k, v in facts.items() if k not in ("i", "addr", "nb")}
+    into = array_named(facts, arrays)
+    return tuple(sorted({**key, **more, **({"into": into} if into else {})}.items()))
+
+
+def model_arrays(network):
+    """[('weights[1]', array), ...]: the arrays a pending request may read or write, by their names."""
+    return [(f"{name}[{index}]", array) for name in ("weights", "biases")
+            for index, array in enumerate(getattr(network, name, None) or []) if isinstance(array, np.ndarray)]
+
+
+def array_named(facts, arrays):
+    """The name of the array whose memory a request's buffer overlaps, or None."""
+    if "addr" not in facts:
+        return None
+    low, high = facts["addr"], facts["addr"] + max(facts.get("nb", 0), 1)
+    for name, array in arrays:
+        start = array.__array_interface__["data"][0]
+        if low < start + array.nbytes and start < high:
+            return name
+    return None
+
+
+def drain(recorder):
+    """Receive every message still waiting for this rank -> Counter((source, tag)) of messages never received."""
+    comms = [WORLD] + [comm for comm in (ref() for ref in recorder.comms)
+                       if comm is not None and comm != MPI.COMM_NULL]
+    found, status, quiet = collections.Counter(), MPI.Status(), 0
+    while quiet < DRAIN_QUIET_ROUNDS:
+        quiet += 1
+        for comm in comms:
+            message = MPI.Intracomm.Improbe(comm, MPI.ANY_SOURCE, MPI.ANY_TAG, status)
+            while message is not None:
+                message.Recv([bytearray(status.Get_count(MPI.BYTE)), MPI.BYTE])
+                found[(status.Get_source(), status.Get_tag())] += 1
+                quiet = 0
+                message = MPI.Intracomm.Improbe(comm, MPI.ANY_SOURCE, MPI.ANY_TAG, status)
+        time.sleep(0.0002)
+    return found
 
 
 # ----------------------------------------------------------------------------- the tasks
@@ -167,7 +270,7 @@ def imports(arguments, recorder, results):
         importlib.import_module(module)
         results.write(module=module, imported=True)
     except BaseException as error:  # noqa: B902 - a module calling exit() does not import either
-        message, where = failure(error)
+        message, where, _ = failure(error)
         results.write(module=module, error=message, at=where)
 
 
@@ -178,12 +281,13 @@ def serial(arguments, recorder, results):
 
 
 def sync(arguments, recorder, results):
-    """One of the synchronous modules, every rank's model digest and accuracy; the ring's calls marked."""
+    """One of the synchronous modules, every rank's model digest and accuracy; the ring's calls marked, and
+    each step's parameter fingerprint (where replicas part)."""
     @abort_on_error(results)
     def run():
         if recorder is not None and arguments.module == "sync_network":
             mark_calls("my_ring_allreduce", "ringallreduce", recorder)
-        train(arguments, recorder, results, arguments.module, "SynchronicNeuralNetwork")
+        train(arguments, recorder, results, arguments.module, "SynchronicNeuralNetwork", fingerprints=True)
     run()
 
 
@@ -241,6 +345,8 @@ def run_case(case, function, recorder, results, processes):
                   else 0.0, unwritten=unwritten, send_changed=case.buffer != "send is recv"
                   and not np.array_equal(original, send), digest=hashlib.blake2b(
                       np.ascontiguousarray(got).tobytes(), digest_size=8).hexdigest())
+    close_scope(recorder, results, "case", [("send", send), ("recv", recv)], in_case=case.index,
+                function=ALGORITHMS[case.algorithm][1])
 
 
 def arrange(case, send):
@@ -281,6 +387,8 @@ def bad_call(case, function, recorder, results):
     WORLD.Barrier()
     pending = bool(WORLD.Iprobe(MPI.ANY_SOURCE, MPI.ANY_TAG))
     results.write(case=case.index, raised=raised, pending=pending)
+    close_scope(recorder, results, "case", [("send", send), ("recv", recv)], in_case=case.index,
+                function=ALGORITHMS[case.algorithm][1])
 
 
 TASKS = {"imports": imports, "allreduce": allreduce, "serial": serial, "sync": sync, "async": asynchronous}

@@ -24,8 +24,19 @@ Log lines are JSON objects, written unbuffered (os.write) so nothing is lost whe
     {"i": 9, ..., "f": "Wait", "k": "wait", "reqs": [7, 8]}             a wait on the requests of calls 7, 8
     {"i": 11, "t": 12.7, "f": "mark", "k": "mark", "what": "back_prop", "rows": 4}   the driver's markers
 A Test that finds its requests incomplete again and again is logged once; the end line then counts the
-polls ("polls": 1234).
+polls ("polls": 1234). A buffer argument is logged with its address and size ("addr", "nb" bytes), so a
+request can be traced to the array it reads or writes.
+
+The recorder also keeps what MPI correctness tools (MUST, Intel Trace Analyzer's checker) keep: every
+non-blocking point-to-point request until the submission completes it (Wait, Test and their kin, or Free),
+and for a send a sampled digest of its buffer when it was posted. At completion the digest is taken again: a
+difference is a send buffer changed while its message was in flight. The recorder holds each request (and
+so its buffer) until it completes, so a request the submission drops cannot let MPI read or write freed
+memory; a dropped one is completed by the recorder in the background (it is the recorder's alone then) and
+still counted as never completed. close_scope() hands the driver what to report when the function under
+test or fit returns (usage.py judges it).
 """
+import hashlib
 import inspect
 import itertools
 import json
@@ -33,12 +44,13 @@ import os
 import sys
 import threading
 import time
+import weakref
 
 import numpy as np
 from mpi4py import MPI
 
 __all__ = ["install", "Recorder", "RecordingComm", "RecordingRequest", "KINDS", "BLOCKING_KINDS",
-           "kind_of"]
+           "kind_of", "sampled_digest", "TRACKED"]
 
 BaseRequest = MPI.Request  # mpi4py's own, before install() replaces the module attribute
 BaseIntracomm = MPI.Intracomm
@@ -63,6 +75,9 @@ for _names, _kind in ((_POINT_TO_POINT_BLOCKING, "p2p-blocking"), (_POINT_TO_POI
 BLOCKING_KINDS = ("p2p-blocking", "collective", "communicator", "wait")  # these log when they return
 WAITS = ("Wait", "wait", "Waitall", "waitall", "Waitany", "waitany", "Waitsome", "waitsome")
 TESTS = ("Test", "test", "Testall", "testall", "Testany", "testany", "Testsome", "testsome", "Get_status")
+TRACKED = ("Isend Irecv Issend Ibsend Irsend Isendrecv Isendrecv_replace isend irecv issend ibsend").split()
+SWEEP_EVERY = 64  # tracked requests between two looks for requests the submission has dropped
+DIGEST_SAMPLES = 1024  # 8-byte words a send buffer's digest reads: enough to see an in-place update
 
 _recorder = None  # the process's Recorder, once install() has run
 
@@ -84,7 +99,13 @@ class Recorder:
         self.root = os.path.join(os.path.realpath(submission_dir), "")
         self.ids = itertools.count(1)
         self.polling = None  # (ident, signature, polls) of a Test being repeated without success
-        self.lock = threading.Lock()
+        self.lock, self.sweeping = threading.Lock(), threading.Lock()
+        self.requests = {}  # call id -> Tracked: a request the submission has not completed yet
+        self.dropped = []  # Tracked requests the submission let go of, completed by the recorder
+        self.changed = []  # (Tracked, where it completed): send buffers that changed in flight
+        self.tracked = 0
+        self.active, self.kept, self.stuck = [], [], []  # left to finish(); freed requests' buffers; unfinishable
+        self.comms = []  # weak references to the recorded communicators (the driver drains each)
 
     def write(self, record):
         os.write(self.fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
@@ -94,8 +115,8 @@ class Recorder:
         with self.lock:
             self.flush_polls()
             ident = next(self.ids)
-            record = {"i": ident, "t": round(time.monotonic(), 6), "f": name, "k": kind, **fields,
-                      "at": self.caller()}
+            fields["at"] = self.caller()
+            record = {"i": ident, "t": round(time.monotonic(), 6), "f": name, "k": kind, **fields}
             if threading.current_thread() is not threading.main_thread():
                 record["th"] = threading.current_thread().name
             self.write(record)
@@ -131,6 +152,87 @@ class Recorder:
             self.polling = None
             self.write({"e": ident, "t": round(time.monotonic(), 6), "polls": polls, "done": done})
 
+    def track(self, ident, name, request, buffer, digest, fields):
+        """Hold a non-blocking call's request (and its buffer) until the submission completes it."""
+        entry = Tracked(ident, name, fields, request, buffer, digest)
+        with self.lock:
+            self.requests[ident] = entry
+            self.tracked += 1
+            sweep = self.tracked % SWEEP_EVERY == 0
+        if sweep:
+            self.sweep()
+
+    def completed(self, requests):
+        """After a wait or test: the requests it completed leave the table; a send's buffer is digested again."""
+        for request in requests:
+            with self.lock:
+                entry = self.requests.get(getattr(request, "origin", None))
+                if entry is None or entry.request is not request or request != MPI.REQUEST_NULL:
+                    continue
+                del self.requests[entry.ident]
+            if entry.digest is not None and sampled_digest(entry.buffer) != entry.digest:
+                with self.lock:
+                    self.changed.append((entry.facts(), self.caller()))
+            entry.release()
+
+    def freed(self, request):
+        """Request.Free hands the request to MPI: the submission has let it go on purpose. MPI may still read
+        or write its buffer, so the buffer is kept until the scope's leftovers are finished."""
+        with self.lock:
+            entry = self.requests.pop(getattr(request, "origin", None), None)
+            if entry is not None:
+                self.kept.append(entry.buffer)
+        if entry is not None:
+            entry.release()
+
+    def sweep(self):
+        """Complete, in the background, the requests only the recorder still holds (the submission dropped
+        them): they stay counted as never completed, and their buffers go once MPI is done with them."""
+        if not self.sweeping.acquire(blocking=False):  # another thread sweeps: one Test per request at a time
+            return
+        try:
+            with self.lock:
+                entries = list(self.requests.values())
+            for entry in entries:
+                if not entry.dropped and sys.getrefcount(entry.request) > 2:  # the entry's and the argument's
+                    continue
+                entry.dropped = True
+                if BaseRequest.Test(entry.request):
+                    with self.lock:
+                        self.requests.pop(entry.ident, None)
+                        self.dropped.append(entry.facts())
+                    entry.release()
+        finally:
+            self.sweeping.release()
+
+    def close_scope(self):
+        """-> (requests never completed, [(send, where it completed)] changed in flight) since the last
+        close; the ones still active are the caller's to finish (finish())."""
+        self.sweep()
+        with self.lock:
+            active, self.requests = list(self.requests.values()), {}
+            pending = self.dropped + [entry.facts() for entry in active]
+            changed, self.dropped, self.changed = self.changed, [], []
+        self.active = active
+        return pending, changed
+
+    def finish(self, seconds):
+        """Cancel the receives left active at the last close and wait up to `seconds` for all of them."""
+        active, self.active = self.active, []
+        for entry in active:
+            if entry.receives:
+                try:
+                    BaseRequest.Cancel(entry.request)
+                except MPI.Exception:
+                    pass
+        deadline = time.monotonic() + seconds
+        while active and time.monotonic() < deadline:
+            active = [entry for entry in active if not BaseRequest.Test(entry.request)]
+        with self.lock:
+            self.kept = []  # the scope's messages have been received or drained by now
+            self.stuck += active  # never let go: MPI may still write into their buffers
+        return len(active)
+
     def mark(self, what, **fields):
         """A driver's marker in the log (a case begins, a back_prop ran, fit ended, ...)."""
         with self.lock:
@@ -150,6 +252,52 @@ class Recorder:
                 fallback = f"{os.path.basename(filename)}:{frame.f_lineno} {frame.f_code.co_name}"
             frame = frame.f_back
         return fallback
+
+
+class Tracked:
+    """A non-blocking call's request, its buffer, and (a send's) the buffer's digest when it was posted."""
+
+    __slots__ = ("ident", "name", "fields", "request", "buffer", "digest", "dropped")
+
+    def __init__(self, ident, name, fields, request, buffer, digest):
+        self.ident, self.name, self.fields = ident, name, fields
+        self.request, self.buffer, self.digest, self.dropped = request, buffer, digest, False
+
+    @property
+    def receives(self):
+        return self.name.lower() in ("irecv", "isendrecv", "isendrecv_replace")
+
+    def facts(self):
+        """What the report says of it: the call, its peer, tag, buffer and place, and whether it was dropped."""
+        keep = ("peer", "tag", "n", "dt", "addr", "nb", "at")
+        return {"i": self.ident, "f": self.name, **{k: self.fields[k] for k in keep if k in self.fields},
+                "dropped": self.dropped}
+
+    def release(self):
+        self.request = self.buffer = None
+
+
+def buffer_array(buffer):
+    """The numpy array an MPI buffer argument reads or writes (array, [array, ...], or a buffer), else None."""
+    if isinstance(buffer, (list, tuple)) and buffer and isinstance(buffer[0], np.ndarray):
+        buffer = buffer[0]
+    if isinstance(buffer, np.ndarray):
+        return buffer
+    try:
+        return np.frombuffer(memoryview(buffer).cast("B"), dtype=np.uint8)
+    except (TypeError, ValueError):
+        return None
+
+
+def sampled_digest(array):
+    """A digest of an array's bytes: all of them when small, else DIGEST_SAMPLES evenly spread words and the
+    last bytes, so a step's in-place update shows while a 800 KB layer costs microseconds, not a full hash."""
+    data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    if data.size <= 16 * DIGEST_SAMPLES:
+        return hashlib.blake2b(data.tobytes(), digest_size=8).hexdigest()
+    words = data[:data.size // 8 * 8].view(np.uint64)
+    sample = words[::words.size // DIGEST_SAMPLES]
+    return hashlib.blake2b(sample.tobytes() + data[-8:].tobytes(), digest_size=8).hexdigest()
 
 
 def origins(requests):
@@ -174,11 +322,12 @@ def buffer_elements(buffer):
 
 
 def describe(signature, args, kwargs):
-    """The log fields of a call: peer, tag, root, element count and dtype of what it sends."""
+    """(the log fields of a call: peer, tag, root, element count, dtype, address and bytes of its buffer;
+    the buffer argument)."""
     try:
         bound = signature.bind(None, *args, **kwargs)
     except TypeError:
-        return {}
+        return {}, None
     bound.apply_defaults()  # an Irecv(buf) receives from ANY_SOURCE: say so
     bound = bound.arguments
     fields = {}
@@ -190,15 +339,20 @@ def describe(signature, args, kwargs):
     for key in ("tag", "sendtag", "root"):
         if bound.get(key) is not None:
             fields[key] = "ANY_TAG" if key == "tag" and bound[key] == MPI.ANY_TAG else int(bound[key])
+    buffer = None
     for key in ("sendbuf", "buf", "obj"):
         if key in bound:
-            count, dtype = buffer_elements(bound[key])
+            buffer = bound[key]
+            count, dtype = buffer_elements(buffer)
             if count is not None:
                 fields["n"], fields["dt"] = count, dtype
-            elif bound[key] is MPI.IN_PLACE:
+                array = buffer_array(buffer) if key != "obj" else None
+                if array is not None:
+                    fields["addr"], fields["nb"] = int(array.__array_interface__["data"][0]), int(array.nbytes)
+            elif buffer is MPI.IN_PLACE:
                 fields["in_place"] = True
             break
-    return fields
+    return fields, buffer
 
 
 def recorded(name, kind):
@@ -210,7 +364,10 @@ def recorded(name, kind):
         recorder = _recorder
         if recorder is None:
             return method(self, *args, **kwargs)
-        ident = recorder.begin(name, kind, describe(signature, args, kwargs))
+        fields, buffer = describe(signature, args, kwargs)
+        sends = name in TRACKED and "addr" in fields and "send" in name.lower()
+        digest = sampled_digest(buffer_array(buffer)) if sends else None  # as posted: MPI may read it later
+        ident = recorder.begin(name, kind, fields)
         try:
             result = method(self, *args, **kwargs)
         except BaseException as error:
@@ -218,7 +375,12 @@ def recorded(name, kind):
             raise
         if kind in BLOCKING_KINDS:
             recorder.end(ident)
-        return wrap(result, ident)
+        result = wrap(result, ident)
+        if name in TRACKED and isinstance(result, RecordingRequest):
+            recorder.track(ident, name, result, buffer, digest, fields)
+        elif isinstance(result, RecordingComm):
+            recorder.comms.append(weakref.ref(result))
+        return result
 
     call.__name__ = call.__qualname__ = name
     call.__doc__ = method.__doc__
@@ -238,6 +400,9 @@ def wrap(result, ident):
 
 class RecordingComm(MPI.Intracomm):
     """An Intracomm over the same MPI communicator whose every call is logged (see the module doc)."""
+
+
+RecordingComm.__name__ = RecordingComm.__qualname__ = "Intracomm"  # errors read as under the course's main.py
 
 
 for _name in dir(BaseIntracomm):
@@ -264,6 +429,11 @@ class RecordingRequest(BaseRequest):
 
     def Get_status(self, status=None):
         return polled("Get_status", [self], lambda: BaseRequest.Get_status(self, status))
+
+    def Free(self):
+        if _recorder is not None:
+            _recorder.freed(self)
+        return BaseRequest.Free(self)
 
     @classmethod
     def Waitall(cls, requests, statuses=None):
@@ -322,11 +492,17 @@ def waited(name, requests, complete):
     ident = _recorder.begin(name, "wait", {"reqs": origins(requests)})
     result = complete()
     _recorder.end(ident)
+    _recorder.completed(requests)
     return result
 
 
 def polled(name, requests, test):
-    return test() if _recorder is None else _recorder.poll(name, list(requests), test)
+    if _recorder is None:
+        return test()
+    requests = list(requests)
+    result = _recorder.poll(name, requests, test)
+    _recorder.completed(requests)
+    return result
 
 
 def install(log_path, submission_dir):

@@ -18,6 +18,9 @@ import statistics
 
 from checking.cases import SERIAL_SEEDS, SETTINGS, UNTRAINED_BELOW
 
+CHECK_IDS = ("sync.completes", "sync.replicas", "sync.accuracy", "sync.split", "sync.exchange", "async.completes",
+             "async.batches", "async.rules", "async.model", "async.ranks")
+
 __all__ = ["check_training", "steps", "training_window"]
 
 SYNC_MODULES = {"sync_network_collective": "collective module", "sync_network": "ring module"}
@@ -34,12 +37,10 @@ def settings_arguments(run):
 def check_training(run):
     """Run the serial baseline, then the sync and async checks that were asked for."""
     serial = serial_baseline(run) if run.wants("sync.accuracy", "async.model") else (None, "not asked for")
-    sync_ids = [i for i in run.checks if i.startswith("sync.")]
-    if sync_ids:
-        check_sync(run, serial, sync_ids)
-    async_ids = [i for i in run.checks if i.startswith("async.")]
-    if async_ids:
-        check_async(run, serial, async_ids)
+    if run.runs(*(i for i in CHECK_IDS if i.startswith("sync."))):
+        check_sync(run, serial)
+    if run.runs(*(i for i in CHECK_IDS if i.startswith("async."))):
+        check_async(run, serial)
 
 
 def serial_baseline(run):
@@ -104,10 +105,11 @@ class Findings:
         self.failures, self.warnings, self.details, self.facts, self.judged = [], [], [], [], 0
         self.accuracies = []  # rank 0's, for the accuracy checks' summary
 
-    def fill(self, check, skipped):
-        """Judge `check`; with nothing judged it is skipped (the runs it needs did not finish)."""
+    def fill(self, check, skipped, by_options=False):
+        """Judge `check`; with nothing judged it fails, saying why (the runs it needs did not finish), or is
+        skipped when the options asked for no run."""
         if not self.judged and not self.failures:
-            return check.skip(skipped)
+            return check.skip(skipped) if by_options else check.cannot(skipped)
         if self.accuracies:
             low, high = min(self.accuracies), max(self.accuracies)
             self.facts.insert(0, f"rank 0 {low:.2f} %" + (f" to {high:.2f} %" if high != low else ""))
@@ -121,7 +123,7 @@ def short(module):
 
 # ----------------------------------------------------------------------------- synchronous
 
-def check_sync(run, serial, ids):
+def check_sync(run, serial):
     processes_list = [p for p in (FULL_SYNC_PROCESSES if run.options.full else SYNC_PROCESSES)
                       if run.options.only_processes is None or p in run.options.only_processes]
     findings = {i: Findings() for i in ("completes", "replicas", "accuracy", "split", "exchange")}
@@ -142,7 +144,7 @@ def check_sync(run, serial, ids):
         if part == "accuracy" and serial[0] is None:
             why = f"no serial accuracy to compare with: {serial[1]}"
             finding.judged = 0
-        finding.fill(run.check(f"sync.{part}"), why)
+        finding.fill(run.check(f"sync.{part}"), why, by_options=not processes_list)
 
 
 def judge_sync(run, serial, outcome, label, module, findings):
@@ -159,7 +161,8 @@ def judge_sync(run, serial, outcome, label, module, findings):
     replicas.judged += 1
     if len({r["digest"] for r in ranks}) > 1:
         replicas.failures.append(f"{label}: {differing_models(ranks)} (test accuracies "
-                                 + ", ".join(f"{r['accuracy']:.2f} %" for r in ranks) + ")")
+                                 + ", ".join(f"{r['accuracy']:.2f} %" for r in ranks) + "); "
+                                 + parting(outcome.calls, run.options.batches))
         replicas.facts.append(f"{tag}: ranks differ")
     else:
         replicas.facts.append("every rank's weights and biases hash alike in every run")
@@ -180,6 +183,24 @@ def judge_accuracy(finding, label, accuracy, serial, allowed):
         finding.failures.append(f"{line}, more than {allowed:g} points below serial's {serial[0]:.2f} %")
     else:
         finding.details.append(line)
+
+
+START_APART = ("the ranks start from different parameters: make rank 0's initial parameters every rank's (e.g. a "
+               "Bcast before training)")
+
+
+def parting(calls, steps_per_epoch):
+    """Where the replicas part, read off each step's parameter fingerprint (the driver's back_prop markers)."""
+    prints = [[record.get("fp") for record in steps(rank_calls)] for rank_calls in calls]
+    if not all(prints) or any(None in rank_prints for rank_prints in prints):
+        return "where they part is unknown (no step fingerprints)"
+    for index, column in enumerate(zip(*prints)):
+        if len(set(column)) > 1:
+            if index == 0:
+                return START_APART
+            return (f"they start equal and part at step {index + 1} (epoch {index // steps_per_epoch + 1}): the "
+                    f"update after step {index} was not the same on every rank")
+    return "they start every step equal and part at the last update"
 
 
 def differing_models(ranks):
@@ -256,12 +277,15 @@ def between_steps(calls):
 
 # ----------------------------------------------------------------------------- asynchronous
 
-def check_async(run, serial, ids):
+def check_async(run, serial):
     reason = run.missing("async_network")
     runs = [(m, p) for m, p in ASYNC_RUNS if run.options.only_processes is None or p in run.options.only_processes]
     if reason or not runs:
-        for check_id in ids:
-            run.check(check_id).skip(f"not run: {reason}" if reason else "no process count selected")
+        for check_id in (i for i in CHECK_IDS if i.startswith("async.") and i in run.checks):
+            if reason and check_id != "async.ranks":
+                run.check(check_id).cannot(reason)
+            else:
+                run.check(check_id).skip(f"not run: {reason}" if reason else "no process count selected")
         return
     findings = {i: Findings() for i in ("completes", "batches", "rules", "model", "ranks")}
     for masters, processes in runs:
@@ -274,7 +298,7 @@ def check_async(run, serial, ids):
             check.status, check.summary = "info", "; ".join(finding.facts) or "no run finished"
             check.details = finding.warnings
         elif part == "model" and serial[0] is None:
-            check.skip(f"no serial accuracy to compare with: {serial[1]}")
+            check.cannot(f"no serial accuracy to compare with: {serial[1]}")
         else:
             finding.fill(check, "no asynchronous run finished (see async.completes)")
 
@@ -291,7 +315,11 @@ def judge_async(run, serial, outcome, masters, processes, findings):
             completes.facts.append(f"{tag}: refused")
             completes.details.append(f"{label}: refused, as allowed with fewer workers than masters: {refusal}")
         else:
-            completes.failures.extend(failed_run(outcome, label))
+            lines = failed_run(outcome, label)
+            if processes - masters < masters:
+                lines[-1] += (" (fewer workers than masters may be refused, but on purpose: a raise or assert "
+                              "of the submission's own with a message, not an error the interpreter raises)")
+            completes.failures.extend(lines)
             completes.facts.append(f"{tag}: failed")
         return
     completes.judged += 1
@@ -308,12 +336,23 @@ def judge_async(run, serial, outcome, masters, processes, findings):
 
 
 def refused(outcome, masters, processes):
-    """The error a run with fewer workers than masters stopped with, before training, if it said why."""
+    """The reason a run with fewer workers than masters gave for stopping before training, if it stopped on
+    purpose: an exception its own line raised with a message (driver.deliberate: `raise ValueError("...")`,
+    `assert`, `sys.exit("...")`), or its MPI Abort after a printed message. An exception the interpreter
+    raised (AttributeError, TypeError, ...) is a bug, not a refusal; so is NotImplementedError, the
+    skeleton's stub."""
     if processes - masters >= masters or outcome.status == "hung" or any(steps(c) for c in outcome.calls):
         return None
-    errors = [r["error"] for rank in outcome.results for r in rank if "error" in r]
-    clear = [e for e in errors if not e.startswith("NotImplementedError") and ":" in e and e.split(":", 1)[1].strip()]
-    return clear[0] if clear else None
+    errors = [r for rank in outcome.results for r in rank if "error" in r]
+    on_purpose = [f"{r['error']} at {r.get('at')}" for r in errors
+                  if r.get("deliberate") and not r["error"].startswith("NotImplementedError")]
+    if on_purpose:
+        return on_purpose[0]
+    aborts = [c for calls in outcome.calls for c in calls if c.get("f") == "Abort" and c.get("at")]
+    printed = [line.strip() for line in outcome.stdout.splitlines() if line.strip()]
+    if aborts and printed and not errors:
+        return f"{printed[0]} (then MPI Abort at {aborts[0]['at']})"
+    return None
 
 
 def judge_batches(run, outcome, label, tag, finding):

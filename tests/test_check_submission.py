@@ -11,7 +11,7 @@ import pytest
 from conftest import PROJECT_DIR, run_checker, run_python
 
 sys.path.insert(0, os.path.join(PROJECT_DIR, "tests", "fixtures", "submissions"))
-from mutants import CORRECT, MUTANTS, SKELETON, build  # noqa: E402
+from mutants import CORRECT, CORRECT_B, MUTANTS, SKELETON, build  # noqa: E402
 
 from checking.checks import CHECKS, Check, check_report, questions_in_order  # noqa: E402
 from checking.jobs import FIVE_FILES, describe_waits  # noqa: E402
@@ -19,9 +19,26 @@ from checking.allreduce import elements_sent, predicted  # noqa: E402
 from checking.cases import allreduce_cases, case_input  # noqa: E402
 
 # The checks that read each file: a mutant of that file is run through these (and passes all but its own).
-READ_BY = {"my_naive_allreduce.py": "files,naive", "my_ring_allreduce.py": "files,ring,sync",
-           "sync_network.py": "files,sync", "sync_network_collective.py": "files,sync",
-           "async_network.py": "files,async"}
+# The MPI usage checks (mpi) judge whatever jobs the others run.
+READ_BY = {"my_naive_allreduce.py": "files,naive,mpi", "my_ring_allreduce.py": "files,ring,sync,mpi",
+           "sync_network.py": "files,sync,mpi", "sync_network_collective.py": "files,sync,mpi",
+           "async_network.py": "files,async,mpi"}
+WARNINGS = ("mpi.unreceived",)  # what these checks find is a warning: the verdict stays PASS
+EVIDENCE = {  # what the sheet must say of each mutant's bug, with its file:line where there is one
+    "sync_no_broadcast": ["the ranks start from different parameters: make rank 0's initial parameters every "
+                          "rank's (e.g. a Bcast before training)"],
+    "sync_drift": ["they start equal and part at step 2 (epoch 1)"],
+    "ring_fails_at_one": ["ringallreduce crashed at P = 1, n = 262,145", "one buffer both sent and received",
+                          "rank 0's last MPI call: Isend(dest=0, tag=12, 262,145 float64) at my_ring_allreduce.py:19"],
+    "ring_dropped_isend": ["was never completed (its request was dropped)", "at my_ring_allreduce.py:18 pass_chunk"],
+    "async_pending_irecv": ["rank 1's weights[1] still had an Irecv from rank 0 (async_network.py:83 "],
+    "async_update_in_flight": ["a send buffer changed while its message was in flight",
+                               "at async_network.py:99 do_master changed before the request completed at "
+                               "async_network.py:98 do_master"],
+    "async_unreceived_stop": ["1 message(s) from rank 0 (tag 24) never received by rank(s) 1 when fit returned"],
+    "async_crash_few_workers": ["raised AttributeError: 'Intracomm' object has no attribute 'abort' at "
+                                "async_network.py:32 fit", "not an error the interpreter raises"],
+}
 INFORMATION = ("async.ranks", "timing")
 check = run_checker
 
@@ -44,17 +61,23 @@ def tree_digest(path):
 
 # ----------------------------------------------------------------------------- whole submissions
 
-def test_correct_fixture_passes_every_check_and_is_left_untouched():
-    before = tree_digest(CORRECT)
-    code, record, stdout, _ = check(CORRECT)
+@pytest.mark.parametrize("folder", [CORRECT, CORRECT_B], ids=["correct", "correct_b"])
+def test_correct_fixture_passes_every_check_and_is_left_untouched(folder):
+    """Two students' correct hw3 in two styles: one per-layer messages and blocking-style waits, the other
+    flat buffers, its own communicator, a Waitany server with receives it cancels at the end, and a refusal
+    (a ValueError of its own) with fewer workers than masters."""
+    before = tree_digest(folder)
+    code, record, stdout, _ = check(folder)
     assert code == 0, stdout
     found = statuses(record)
     assert set(found) == set(CHECKS)
     assert {c for c, s in found.items() if s != "pass"} == set(INFORMATION), found
     assert found["async.ranks"] == "info" and found["timing"] == "skip"
-    assert stdout.startswith("# hw3 check: correct") and "**PASS**" in stdout
+    assert stdout.startswith(f"# hw3 check: {os.path.basename(folder)}") and "**PASS**" in stdout
     assert sum(line.startswith("| `") for line in stdout.splitlines()) == len(CHECKS)  # a line per check
-    assert tree_digest(CORRECT) == before
+    assert tree_digest(folder) == before
+    if folder == CORRECT_B:
+        assert "M = 2, P = 3: refused" in stdout
 
 
 def test_this_projects_files_and_report_pass_every_check_as_the_course_receives_them(tmp_path):
@@ -76,12 +99,23 @@ def test_each_mutant_fails_exactly_its_own_check(tmp_path, name):
     mutant = MUTANTS[name]
     folder = build(name, str(tmp_path))
     code, record, stdout, _ = check(folder, "--only", READ_BY[mutant.file], "--timeout", "3")
-    assert code == 1, stdout
     found = statuses(record)
-    assert record["failed"] == [mutant.fails], stdout
+    if mutant.fails in WARNINGS:
+        assert code == 0 and record["failed"] == [] and found[mutant.fails] == "warn", stdout
+    else:
+        assert code == 1, stdout
+        assert record["failed"] == [mutant.fails], stdout
     others = {c: status for c, status in found.items() if c != mutant.fails and c not in INFORMATION}
     assert set(others.values()) == {"pass"}, found
     assert f"Check it again alone: `python3 check_submission.py {folder} --timeout 3 --only {mutant.fails}" in stdout
+    for text in EVIDENCE.get(name, ()):
+        assert text in stdout, stdout
+    if name == "ring_fails_at_one":  # P = 1 is judged on its own: P = 2-5 are run and judged for every check
+        checks = {entry["id"]: entry for entry in record["checks"]}
+        assert checks["ring.agrees"]["summary"].startswith("P = 1, 2, 3, 4, 5:")
+        assert all("P = 1" in line for line in checks["ring.agrees"]["details"])
+        assert [line.split(",")[0] for line in checks["ring.volume"]["details"]] == [f"P = {p}" for p in (2, 3, 4, 5)]
+        assert {job["processes"] for job in record["jobs"] if job["task"] == "allreduce"} == {1, 2, 3, 4, 5}
     if name == "ring_hangs_small":  # a hang costs one timeout per process count and names where ranks wait
         hung = [job for job in record["jobs"] if job["status"] == "hung"]
         assert [job["processes"] for job in hung] == [2, 3, 4, 5]  # sizes n < P, one group per P > 1
