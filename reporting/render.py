@@ -180,8 +180,8 @@ def diverging_from(entries):
 def same_seed_as_serial(r):
     """Whether every strong-scaling sync run ended at the test accuracy of the serial run of its seed (None: no
     such pair): strong scaling computes serial's steps."""
-    serial = {x["seed"]: x["test_accuracy"] for x in r.runs if x["mode"] == "serial" and x["status"] == "ok"}
-    pairs = [(x["test_accuracy"], serial[x["seed"]]) for x in r.runs if x["mode"] == "sync" and x["status"] == "ok"
+    serial = {x.get("seed"): x["test_accuracy"] for x in r.runs if x["mode"] == "serial" and x["status"] == "ok"}
+    pairs = [(x["test_accuracy"], serial[x.get("seed")]) for x in r.runs if x["mode"] == "sync" and x["status"] == "ok"
              and x.get("scaling") == "strong" and x.get("seed") in serial]
     return all(a == b for a, b in pairs) if pairs else None
 
