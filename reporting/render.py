@@ -77,6 +77,7 @@ def header(r, f):
     loads = [row["load_average"] for row in r.runs if row.get("load_average") is not None]
     traces = r.info.get("traces") or {}
     f.update(info=r.info, machine=r.machine, settings=r.settings, cores=r.cores, parameters=r.model.parameters,
+             factor_break_even=round(r.model.parameters / r.model.factor_row),  # samples: factors then send more
              loads=(min(loads), max(loads)) if loads else None, failed=[x for x in r.runs if x["status"] != "ok"],
              traces={stem: t["png"] for stem, t in traces.items()
                      if t.get("png") and os.path.exists(os.path.join(r.out, t["png"]))})
@@ -254,8 +255,8 @@ def async_compare(r, f):
              async_wait_dominates=greater(first.get("worker_wait_per_batch"), first.get("worker_compute_per_batch")),
              transfer_dominates=greater(2 * exchange_time(r.model.fits, "naive", 2, r.model.parameters),
                                         first.get("worker_compute_per_batch")),
-             async_pipelined=bool(first.get("pipeline")),
-             async_gap=max(abs(e["gap"]) for e in asked or rows))
+             async_pipelined=bool(first.get("pipeline")), async_first_crowded=first["processes"] > r.cores,
+             async_gap=max(abs(e["gap"]) for e in rows))
     columns = ("sync ring strong", "sync ring weak", "sync ring weak capped", "async 2m", "async 4m")
     accuracy = {(e["label"], e["workers"]): e["test_accuracy"] for label in columns for e in r.series(label)}
     f["accuracy_by_workers"] = [(w, [accuracy.get((label, w)) for label in columns])
