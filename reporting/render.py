@@ -164,7 +164,7 @@ def runs(r, f):
              accuracy_runs=[dict(e, gap=e["test_accuracy"] - s["test_accuracy"]) for e in
                             r.entries("serial") + r.entries("sync") + r.entries("async")],
              plain_from=plain_from, plain_below=[e for e in plain if plain_from is None or e["workers"] < plain_from],
-             strong_same_seed=same_seed_as_serial(r), seeds=(r.settings.get("seed"), r.settings.get("seed", 1)
+             strong_same_seed=same_seed_as_serial(r), seeds=(r.settings.get("seed") or 1, (r.settings.get("seed") or 1)
                                                              + (r.settings.get("repeats") or 1) - 1),
              ring_runs=[e for label in ("sync ring strong", "sync ring weak", "sync ring weak capped")
                         for e in r.series(label)])
@@ -269,7 +269,8 @@ def tradeoff(r, f):
     cells = [(p, [r.get("sync ring strong", p), r.get("async 2m", p), r.get("async 4m", p)]) for p in counts]
     p, sync_entry, async_entry = next((p, s, a) for p, (s, *asyncs) in cells for a in asyncs if s and a)
     weak = r.get("sync ring weak", p)
-    f.update(tradeoff_rows=cells, tradeoff_p=p, tradeoff_sync=sync_entry["time"], tradeoff_masters=async_entry["masters"],
+    f.update(tradeoff_rows=cells, tradeoff_p=p, tradeoff_sync=sync_entry["time"],
+             tradeoff_masters=async_entry["masters"],
              tradeoff_async=async_entry["time"], async_faster=async_entry["time"] < sync_entry["time"],
              tradeoff_weak=weak and weak["time"], async_faster_than_weak=weak and async_entry["time"] < weak["time"])
 

@@ -177,8 +177,7 @@ def test_a_split_that_computes_longer_is_said_to_add_compute(tmp_path):
 @pytest.mark.parametrize("accuracy, diverged", [(9.58, True), (91.0, False)])
 def test_plain_async_is_called_diverged_only_when_it_answers_one_digit(tmp_path, accuracy, diverged):
     report = text(tmp_path, plain_accuracy=accuracy)
-    verdict = ("diverged in every run with 2 or more workers" if diverged
-               else "diverged in every run at no worker count; its median runs reached 91.00 % (2 workers)")
+    verdict = "diverged in every run with 2 or more workers" if diverged else "diverged in every run at no worker count"
     assert f"Here plain asynchronous SGD **{verdict}**; the default **did not diverge**." in report
     assert (f"| async 2m plain | 4* | 2 | 1 / – / – | – | {accuracy:.2f} % (diverged) |" in report) == diverged
 
@@ -190,7 +189,8 @@ def test_async_is_compared_with_strong_and_weak_sync_alike(tmp_path, async_time,
     results = fake_results(tmp_path / "out", matrix(async_time=async_time))
     report, pdf = (" ".join(render(results, pdf).split()) for pdf in (False, True))
     times = f"took {async_time:.2f} s, sync 10.00 s with strong and 1.50 s with weak scaling: async was"
-    assert f"At P = 4* the default async (2 masters) {times} **{strong}** than strong and **{weak}** than weak" in report
+    assert (f"At P = 4* the default async (2 masters) {times} **{strong}** than strong and **{weak}** than weak"
+            in report)
     assert f"At P = 4\\* async (2 masters) {times} *{strong}* than strong and *{weak}* than weak" in pdf
 
 
@@ -404,7 +404,8 @@ def test_the_takeaway_and_q4_name_the_series_of_their_best_runs(tmp_path, factor
     best = f"best strong-scaling speed-up measured over every series was {strong} and the best weak-scaling one {weak}:"
     assert best in report
     figure, name = strong.split(" ", 1)
-    assert f"The best weak run measured reached {weak}, ahead of the best strong run of every series ({figure}, {name[1:]}" in pdf
+    assert (f"The best weak run measured reached {weak}, ahead of the best strong run of every series ({figure}, "
+            f"{name[1:]}") in pdf
     assert ("the course's algorithm, strong scaling with the ring allreduce of the gradient, reached a speed-up of at "
             "best 0.80× (P = 2)") in pdf
     other = "The fastest strong-scaling run of every series, sufficient factors over the ring, P = 2, reached 2.00×"
@@ -514,10 +515,12 @@ def test_every_figure_of_a_configuration_and_its_console_are_its_median_runs(tmp
     flat = " ".join(pdf.split())
     assert f"Serial trained in *{serial_time:.2f} s* to *{serial_accuracy:.2f} %* test accuracy" in flat
     assert f"[4\\*], [{4 * serial_time:.2f} s], [{0.25:.2f}×], [{serial_accuracy:.2f} %]," in flat  # Q2's row
-    assert f"[4\\*], [2], [2], [{async_time:.2f} s], [{serial_time / async_time:.2f}×], [{async_accuracy:.2f} %]," in flat
+    speed_up = serial_time / async_time
+    assert f"[4\\*], [2], [2], [{async_time:.2f} s], [{speed_up:.2f}×], [{async_accuracy:.2f} %]," in flat
     row = f"[async 2m], [4*], [2], [{staleness} / –], [{async_accuracy:.2f} %], [90.00 / 91.00 / 92.00]"
     assert row.replace("*", "\\*").replace("/", "\\/") in flat  # Typst's escapes
-    assert f"| async 2m | 4* | 2 | {staleness} / – / – | – | {async_accuracy:.2f} % | 90.00 / 91.00 / 92.00 |" in report
+    assert (f"| async 2m | 4* | 2 | {staleness} / – / – | – | {async_accuracy:.2f} % | 90.00 / 91.00 / 92.00 |"
+            in report)  # REPORT.md's: the 90th percentile and the idle share too
 
 
 def test_a_console_that_disagrees_with_the_figures_beside_it_stops_the_report(tmp_path):
@@ -570,7 +573,8 @@ def test_strong_scaling_is_said_to_match_serial_by_seed_only_when_it_does(tmp_pa
     pdf = " ".join(render(fake_results(tmp_path / "out", runs), pdf=True).split())
     assert ("steps: every strong-scaling run ended at exactly the test accuracy of the serial run with its seed "
             "(serial: 91.00 %, 92.00 %, 93.00 %)" in pdf) == same
-    assert ("steps: not every strong-scaling run ended at the test accuracy of the serial run with its seed" in pdf) != same
+    other = "steps: not every strong-scaling run ended at the test accuracy of the serial run with its seed"
+    assert (other in pdf) != same
 
 
 def plain_runs(largest):
@@ -592,9 +596,10 @@ def plain_runs(largest):
 def test_plain_async_diverged_is_said_from_the_worker_count_where_every_run_did(tmp_path, largest, verdict):
     results = fake_results(tmp_path / "out", plain_runs(largest))
     report, pdf = (" ".join(render(results, pdf).split()) for pdf in (False, True))
-    assert f"Here plain asynchronous SGD **{verdict}**;" in report and f"Plain asynchronous SGD *{verdict}*;" in pdf
-    assert "[async 2m plain], [4\\*], [2], [1 \\/ –], [91.00 %], [91.00 \\/ 9.00 \\/ 90.00], [1 of 3]" in pdf
     short = verdict.split(";")[0]
+    table = " (fewer workers: the table)" if largest < 80 else ""  # REPORT.md lists the median runs in its table
+    assert f"Here plain asynchronous SGD **{short}**{table};" in report and f"Plain asynchronous SGD *{verdict}*;" in pdf
+    assert "[async 2m plain], [4\\*], [2], [1 \\/ –], [91.00 %], [91.00 \\/ 9.00 \\/ 90.00], [1 of 3]" in pdf
     assert f"plain asynchronous SGD {short} (question 9)" in pdf  # the takeaway, 6 and 8: the limit, not more
 
 

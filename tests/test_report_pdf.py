@@ -79,7 +79,8 @@ def test_report_stops_naming_the_page_count_when_the_pdf_cannot_fit(tmp_path):
     (dict(sync_time=2.5, weak_time=1.0),
      "best weak run measured reached 2.00× (gradients over the ring, large-batch rule, P = 2), ahead of the best"),
     (dict(sync_time=2.5, weak_time=3.0),
-     "best weak run measured reached 0.67× (gradients over the ring, large-batch rule, P = 2), not ahead of the best")])
+     "best weak run measured reached 0.67× (gradients over the ring, large-batch rule, P = 2), not ahead of the "
+     "best")])
 def test_the_pdf_says_what_the_numbers_say(tmp_path, settings, phrase):
     """The PDF's claims turn on the same comparisons as REPORT.md's: synthetic results on both sides of each."""
     assert phrase in " ".join(render(fake_results(tmp_path / "out", matrix(**settings)), pdf=True).split())
