@@ -139,7 +139,8 @@ def parse_args(argv=None):
         help="process counts for allreduce_test.py (default 2,4,8)")
     add("--epochs", type=int, help="epochs per training run (default 5)")
     add("--batches", type=int, help="mini-batches per epoch (default 632)")
-    add("--repeats", type=int, default=1, help="runs of every configuration; the report quotes each one's median run by time (default 1)")
+    add("--repeats", type=int, default=1,
+        help="runs of every configuration; the report quotes each one's median run by time (default 1)")
     add("--seed", type=int, default=1, help="seed of the first repeat; repeat r uses seed + r (default 1)")
     add("--data-dir", help="MNIST-format data folder passed to main.py (default: the bundled MNIST)")
     add("--timeout", type=int, help="seconds before a run counts as hung and is killed (default 2400)")
