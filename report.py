@@ -2,7 +2,7 @@
 
 Usage:
     python3 report.py                      # the whole matrix, 5 epochs: about 6 minutes on 2 cores
-    python3 report.py --repeats 3          # each configuration 3 times, tables of medians: about 19 minutes
+    python3 report.py --repeats 3          # each configuration 3 times, figures of its median run: about 19 minutes
     python3 report.py --quick              # tiny settings, P <= 4, into results/quick/ (under a minute)
     python3 report.py --report-only        # refit the model, redraw the plots, REPORT.md and hw3.pdf from --out's CSVs
 
@@ -139,7 +139,8 @@ def parse_args(argv=None):
         help="process counts for allreduce_test.py (default 2,4,8)")
     add("--epochs", type=int, help="epochs per training run (default 5)")
     add("--batches", type=int, help="mini-batches per epoch (default 632)")
-    add("--repeats", type=int, default=1, help="runs of every configuration; tables use the median (default 1)")
+    add("--repeats", type=int, default=1,
+        help="runs of every configuration; the report quotes each one's median run by time (default 1)")
     add("--seed", type=int, default=1, help="seed of the first repeat; repeat r uses seed + r (default 1)")
     add("--data-dir", help="MNIST-format data folder passed to main.py (default: the bundled MNIST)")
     add("--timeout", type=int, help="seconds before a run counts as hung and is killed (default 2400)")

@@ -35,11 +35,24 @@ def empty_plot(path, message):
     save(fig, path)
 
 
+# A colour and a marker of its own for each series of figures 1 and 2 (13 series): colours far apart on white
+COLOURS = ("#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6", "#9a6324", "#469990",
+           "#800000", "#808000", "#000075", "#bfef45")
+MARKERS = ("o", "s", "^", "v", "D", "<", ">", "p", "h", "*", "X", "P", "d")
+
+
 def style(label):
     """MPI hollow squares, factors triangles, weak dashed, plain async dotted: the series stay apart."""
     kind = dict(marker="^" if "factors" in label else "s" if " mpi " in label else "o",
                 linestyle="--" if "weak" in label else ":" if "plain" in label else "-")
     return dict(kind, fillstyle="none") if " mpi " in label else kind
+
+
+def series_style(label, order):
+    """The series' own colour and marker by its place in `order` (every series of the run), its line by kind."""
+    index = order.index(label) % len(COLOURS)
+    return dict(color=COLOURS[index], marker=MARKERS[index], markersize=4,
+                linestyle="--" if "weak" in label else ":" if "plain" in label else "-")
 
 
 def log2_axis(ax, values):
@@ -50,16 +63,17 @@ def log2_axis(ax, values):
 
 def plot_series(results, path, x, y, serial_label, only=None, **axes):
     """Every parallel series' `y` against its `x` (entry keys), or those labelled in `only`; serial as a line."""
-    labels = [l for l in results.labels("sync") + results.labels("async")
-              if results.series(l) and (only is None or l in only)]
+    order = results.labels("sync") + results.labels("async")
+    labels = [l for l in order if results.series(l) and (only is None or l in only)]
     if not labels:
         return empty_plot(path, "no successful parallel run")
     fig, ax = figure(2.5)
     for label in labels:
         series = results.series(label)
-        ax.plot([e[x] for e in series], [e[y] for e in series], label=label, **style(label))
-    if results.serial:
-        ax.axhline(results.serial[y], color="k", label=serial_label.format(results.serial[y]))
+        ax.plot([e[x] for e in series], [e[y] for e in series], label=label, zorder=3, **series_style(label, order))
+    if results.serial:  # thin and dashed, beneath the series: a series on serial's value stays visible
+        ax.axhline(results.serial[y], color="k", linewidth=0.8, linestyle=(0, (4, 3)), zorder=1,
+                   label=serial_label.format(results.serial[y]))
     log2_axis(ax, [e[x] for l in labels for e in results.series(l)])
     ax.set(**axes)
     if axes.get("yscale") == "log":  # ticks 1, 2, 5, 10, ... rather than bare powers of ten

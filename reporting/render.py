@@ -6,7 +6,7 @@ diverged or not); the template holds every word and every table, and chooses bet
 `choose` filter. A group of figures that cannot be computed is named at the end of the report and its figures
 read as dashes.
 """
-__all__ = ["figures", "render", "write_report", "check_questions"]
+__all__ = ["figures", "render", "write_report", "check_questions", "check_console", "ConsoleMismatch"]
 
 import math
 import os
@@ -77,6 +77,7 @@ def header(r, f):
     loads = [row["load_average"] for row in r.runs if row.get("load_average") is not None]
     traces = r.info.get("traces") or {}
     f.update(info=r.info, machine=r.machine, settings=r.settings, cores=r.cores, parameters=r.model.parameters,
+             factor_break_even=round(r.model.parameters / r.model.factor_row),  # samples: factors then send more
              loads=(min(loads), max(loads)) if loads else None, failed=[x for x in r.runs if x["status"] != "ok"],
              traces={stem: t["png"] for stem, t in traces.items()
                      if t.get("png") and os.path.exists(os.path.join(r.out, t["png"]))})
@@ -135,7 +136,7 @@ def predictions(r, f):
              tx_ring_limit=2 * model.parameters * model.fits["ring"][1],
              exchange_costs_more=exchange > saved, exchange_dominates=exchange > steps[2][0],
              tx_factors2=model.step(2, "factors")[1], factor_elements2=model.factor_row * model.batch,
-             async_transfer=transfer, transfer_dominates=transfer > model.compute(16))
+             async_transfer=transfer)
 
 
 def fastest(r, entries):
@@ -147,8 +148,10 @@ def fastest(r, entries):
 def runs(r, f):
     """Q2-Q8: the runs themselves, the fastest against serial, and which async runs diverged."""
     s = r.serial
-    async_runs = [dict(e, diverged=r.diverged(e["test_accuracy"]), plain="plain" in e["label"])
-                  for e in r.entries("async")]
+    async_runs = [dict(e, diverged=r.diverged(e["test_accuracy"]), plain="plain" in e["label"],
+                       diverged_runs=sum(r.diverged(a) for a in e["run_accuracies"])) for e in r.entries("async")]
+    plain = sorted((e for e in async_runs if e["plain"]), key=lambda e: e["workers"])
+    plain_from = diverging_from(plain)
     default = [e for e in async_runs if not e["plain"]]
     first = lambda key: next((e[key] for e in default if e.get(key) is not None), None)  # noqa: E731
     shares = r.info.get("test_label_shares")
@@ -160,12 +163,28 @@ def runs(r, f):
                        for name in ("plain", "default")},
              accuracy_runs=[dict(e, gap=e["test_accuracy"] - s["test_accuracy"]) for e in
                             r.entries("serial") + r.entries("sync") + r.entries("async")],
-             strong_gap=max((abs(e["test_accuracy"] - s["test_accuracy"]) for e in r.entries("sync")
-                             if e["scaling"] == "strong"), default=None),
+             plain_from=plain_from, plain_below=[e for e in plain if plain_from is None or e["workers"] < plain_from],
+             strong_same_seed=same_seed_as_serial(r), seeds=(r.settings.get("seed") or 1, (r.settings.get("seed") or 1)
+                                                             + (r.settings.get("repeats") or 1) - 1),
              ring_runs=[e for label in ("sync ring strong", "sync ring weak", "sync ring weak capped")
                         for e in r.series(label)])
     if isinstance(f["staleness_bound"], int):
         f["bounded_workers"] = f["staleness_bound"] + 1
+
+
+def diverging_from(entries):
+    """The fewest workers from which every run of every entry with as many workers or more diverged, else None."""
+    gone = lambda w: all(e["diverged_runs"] == e["ok_runs"] for e in entries if e["workers"] >= w)  # noqa: E731
+    return next((w for w in sorted({e["workers"] for e in entries}) if gone(w)), None)
+
+
+def same_seed_as_serial(r):
+    """Whether every strong-scaling sync run ended at the test accuracy of the serial run of its seed (None: no
+    such pair): strong scaling computes serial's steps."""
+    serial = {x.get("seed"): x["test_accuracy"] for x in r.runs if x["mode"] == "serial" and x["status"] == "ok"}
+    pairs = [(x["test_accuracy"], serial[x.get("seed")]) for x in r.runs if x["mode"] == "sync" and x["status"] == "ok"
+             and x.get("scaling") == "strong" and x.get("seed") in serial]
+    return all(a == b for a, b in pairs) if pairs else None
 
 
 def scaling(r, f):
@@ -229,11 +248,14 @@ def async_compare(r, f):
     """6: the default async runs against serial and sync at their P; 8: the accuracy table by workers."""
     rows = [dict(e, sync=r.get("sync ring strong", e["processes"]), gap=e["test_accuracy"] - r.serial["test_accuracy"])
             for e in r.entries("async") if "plain" not in e["label"]]
-    first = rows[0]
-    f.update(async_compare_rows=rows, async_first=first, async_ratio=(min(e["vs_serial"] for e in rows),
-                                                                      max(e["vs_serial"] for e in rows)),
+    asked = [e for e in rows if (e["masters"], e["processes"]) in COURSE_ASYNC]
+    first = (asked or rows)[0]
+    f.update(async_compare_rows=rows, async_asked=asked, async_first=first,
+             async_speedups=(min(e["speedup"] for e in asked or rows), max(e["speedup"] for e in asked or rows)),
              async_wait_dominates=greater(first.get("worker_wait_per_batch"), first.get("worker_compute_per_batch")),
-             async_pipelined=bool(first.get("pipeline")),
+             transfer_dominates=greater(2 * exchange_time(r.model.fits, "naive", 2, r.model.parameters),
+                                        first.get("worker_compute_per_batch")),
+             async_pipelined=bool(first.get("pipeline")), async_first_crowded=first["processes"] > r.cores,
              async_gap=max(abs(e["gap"]) for e in rows))
     columns = ("sync ring strong", "sync ring weak", "sync ring weak capped", "async 2m", "async 4m")
     accuracy = {(e["label"], e["workers"]): e["test_accuracy"] for label in columns for e in r.series(label)}
@@ -246,8 +268,11 @@ def tradeoff(r, f):
     counts = sorted({e["processes"] for e in r.entries("async")})
     cells = [(p, [r.get("sync ring strong", p), r.get("async 2m", p), r.get("async 4m", p)]) for p in counts]
     p, sync_entry, async_entry = next((p, s, a) for p, (s, *asyncs) in cells for a in asyncs if s and a)
+    weak = r.get("sync ring weak", p)
     f.update(tradeoff_rows=cells, tradeoff_p=p, tradeoff_sync=sync_entry["time"],
-             tradeoff_async=async_entry["time"], async_faster=async_entry["time"] < sync_entry["time"])
+             tradeoff_masters=async_entry["masters"],
+             tradeoff_async=async_entry["time"], async_faster=async_entry["time"] < sync_entry["time"],
+             tradeoff_weak=weak and weak["time"], async_faster_than_weak=weak and async_entry["time"] < weak["time"])
 
 
 def allreduce(r, f):
@@ -257,7 +282,9 @@ def allreduce(r, f):
                                 errors=[error(model(x, n), x[f"{n}_s"]) for n in ("naive", "ring", "mpi")])
                            for x in sorted(r.allreduce, key=lambda x: (x["processes"], x["size"]))]
     f["ring_best"] = max(f["allreduce_rows"], key=lambda x: x["ratio"], default=None)
-    f["ring_crossover"] = [(p, crossover(r, p)) for p in sorted({x["processes"] for x in r.allreduce})]
+    f["ring_crossover"] = [(p, crossover(r, p), *measured_crossover(f["allreduce_rows"], p, crossover(r, p)))
+                           for p in sorted({x["processes"] for x in r.allreduce})]
+    f["crossovers_agree"] = all(agree for *_, agree in f["ring_crossover"])
     sent = lambda name, p: 8 * FORMS[name](p)[1] * r.model.parameters  # noqa: E731 - bytes per process and step
     f["gradient_sent"] = [(p, sent("naive", p), sent("ring", p)) for p in r.settings["processes"]]
     f["total_rows"] = [dict(e, ring_bytes=e["processes"] * sent("ring", e["processes"]) * e["steps"],
@@ -272,14 +299,48 @@ def crossover(r, p):
                  if exchange_time(r.fits, "ring", p, n) < exchange_time(r.fits, "naive", p, n)), None)
 
 
+def measured_crossover(rows, p, fitted):
+    """(the smallest measured array from which the ring was faster than naive at every larger size, None if it
+    never was; whether the fitted crossover falls between that size and the measured size below it)."""
+    sizes = sorted((x["size"], x["ring_s"] < x["naive_s"]) for x in rows if x["processes"] == p)
+    since = next((i for i in range(len(sizes)) if all(faster for _, faster in sizes[i:])), None)
+    if since is None:
+        return None, fitted is None or fitted > sizes[-1][0]
+    below = sizes[since - 1][0] if since else 0
+    return sizes[since][0], fitted is not None and below < fitted <= sizes[since][0]
+
+
 def consoles(r, f):
-    """What the representative runs printed (first seed), for 3, 6 and 11: copied from their output, never typed."""
+    """What the median runs printed, for 3, 6 and 11, copied from their output: serial and the course's sync and
+    async configurations (any it lacks, and other series, for REPORT.md), each checked against its figures."""
     quoted = lambda pairs: [text for text in (r.console(*pair) for pair in pairs) if text]  # noqa: E731
-    runs = lambda entries: [(e["label"], e["processes"]) for e in entries]  # noqa: E731
-    f.update(console_sync=quoted([("serial", 1)] + runs(r.series("sync ring strong"))),
-             console_async=quoted(runs(e for e in r.entries("async") if "plain" not in e["label"])),
+    strong = [("serial", 1)] + [("sync ring strong", e["processes"]) for e in r.series("sync ring strong")]
+    default = [(e["label"], e["processes"]) for e in r.entries("async") if "plain" not in e["label"]]
+    asked = [(f"async {m}m", p) for m, p in COURSE_ASYNC if (f"async {m}m", p) in default]
+    for pair in strong + default:
+        check_console(r.console(*pair), r.get(*pair))
+    f.update(console_sync=quoted(strong), console_async=quoted(default),
+             console_sync_asked=quoted(strong),  # the course's P and P = 2, the fastest that Q3 quotes
+             sync_asked=[p for _, p in strong if p in COURSE_SYNC and r.console("sync ring strong", p)],
+             console_async_asked=quoted(asked),
              console_allreduce=quoted([("allreduce_test", p) for p in sorted({x["processes"] for x in r.allreduce})]))
     f["allreduce_excerpts"] = [timing_rows(text) for text in f["console_allreduce"]]
+
+
+class ConsoleMismatch(Exception):
+    """A run's console output disagrees with the figures the report quotes of it: never rendered."""
+
+
+def check_console(text, entry):
+    """Raise ConsoleMismatch unless the console's training time and test accuracy are the entry's to 2 decimals."""
+    if not text or not entry:
+        return
+    printed = dict(time=re.search(r"^Time \w+: ([\d.]+)$", text, re.MULTILINE),
+                   test_accuracy=re.search(r"^Test Accuracy: ([\d.]+)%$", text, re.MULTILINE))
+    for key, match in printed.items():
+        if match and match.group(1) != f"{entry[key]:.2f}":
+            raise ConsoleMismatch(f"{entry['label']} P={entry['processes']}: its console prints {key} "
+                                  f"{match.group(1)}, the report quotes {entry[key]:.2f}")
 
 
 def timing_rows(text):
@@ -306,6 +367,7 @@ def split(r, f):
         cycle = (max(compute, push + e["d_max"]) if e.get("pipeline") else compute + push + e["d_max"]) + push
         e.update(bound=1 / e["d_max"], predicted_bound=1 / (one["d_max"] * e["share"]), saturation=cycle / e["d_max"],
                  predicted=min(e["workers"] / cycle, 1 / e["d_max"]), messages=2 * e["serving"])
+        e["reached"] = e["updates_per_second"] / e["predicted"]
     most = max(e["masters"] for e in entries if e["shard"] == "layers")
     balanced, layers = (next(e for e in entries if e["masters"] == most and e["shard"] == s)
                         for s in ("balanced", "layers"))
@@ -315,7 +377,7 @@ def split(r, f):
              split_bound_rises=balanced["bound"] > one["bound"],
              one_saturates=one["workers"] >= one["saturation"],
              split_oversubscribed=any(e["processes"] > r.cores for e in entries),
-             split_reached=[pick(e["updates_per_second"] / e["predicted"] for e in entries) for pick in (min, max)])
+             split_reached=[pick(e["reached"] for e in entries) for pick in (min, max)])
 
 
 def weak_rules(r, f):
@@ -340,6 +402,8 @@ def weak_rules(r, f):
 
 GROUPS = [header, model_terms, model_table, predictions, runs, scaling, model_checks, async_compare, tradeoff,
           allreduce, consoles, split, weak_rules]
+COURSE_SYNC = (4, 8, 16)  # the process counts of the course's synchronous runs (question 2)
+COURSE_ASYNC = ((2, 4), (2, 8), (4, 8), (4, 16))  # its asynchronous runs, (masters, processes) (question 5)
 QUESTIONS = 13  # the course's report questions, answered as sections 1-13 in its order
 MAX_PAGES = 5  # the course's limit on hw3.pdf
 MISS = 0.15  # a model figure further than this from its measurement says so beside it, with its cause

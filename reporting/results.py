@@ -1,4 +1,4 @@
-"""The CSVs of one report read back: runs aggregated per configuration, the cost model fitted to them."""
+"""The CSVs of one report read back: each configuration represented by its median run, the cost model fitted to them."""
 __all__ = ["Results", "read_csv", "record_stem"]
 
 import ast
@@ -45,7 +45,7 @@ class Results:
     def __init__(self, out):
         self.out = out
         self.runs = read_csv(os.path.join(out, "runs.csv"))
-        self.allreduce = median_rows(read_csv(os.path.join(out, "allreduce.csv")), ("processes", "size"))
+        self.allreduce = representative_rows(read_csv(os.path.join(out, "allreduce.csv")), self.runs)
         self.compute_rows = median_rows(read_csv(os.path.join(out, "compute.csv")), ("kind", "rows"))
         with open(os.path.join(out, "run_info.json")) as f:
             self.info = json.load(f)
@@ -76,8 +76,9 @@ class Results:
         return [e for label in self.labels(mode) for e in self.series(label)]
 
     def console(self, label, processes):
-        """What the first seed's run of a configuration printed, its command line first; None if not kept."""
-        path = os.path.join(self.out, "records", record_stem(label, processes, 0) + ".txt")
+        """What the configuration's median run printed, its command line first; None if not kept."""
+        entry = self.configs.get((label, processes)) or {}
+        path = os.path.join(self.out, "records", record_stem(label, processes, entry.get("repeat") or 0) + ".txt")
         if not os.path.exists(path):
             return None
         with open(path) as f:
@@ -88,13 +89,13 @@ class Results:
         return self.get("serial", 1)
 
     def compare_with_serial(self):
-        """Each entry's speed-up (samples per second relative to serial's) and its time / serial's time."""
+        """Each entry's speed-up: serial's samples per second over the run's, which is serial's time over the run's
+        wherever the run trains serial's samples per epoch (strong scaling, async)."""
         serial = self.serial
         rate = lambda e: (e["samples_per_epoch"] or 1) * e["epochs"] / e["time"]  # noqa: E731
         for entry in self.configs.values():
             known = serial is not None and entry["ok_runs"] and entry.get("time")
             entry["speedup"] = rate(entry) / rate(serial) if known else None
-            entry["vs_serial"] = entry["time"] / serial["time"] if known else None
 
     def diverged(self, accuracy):
         """No better than answering one digit for every image (the largest digit's share, plus 2 points)."""
@@ -106,22 +107,38 @@ class Results:
         return any(e.get("evaluation_time") is not None for e in self.configs.values() if e["mode"] == "sync")
 
 
+def median_run(rows):
+    """The successful run of median training time among `rows` (the lower middle one of an even count), or None."""
+    ok = sorted((r for r in rows if r["status"] == "ok"), key=lambda r: r["time"])
+    return ok[(len(ok) - 1) // 2] if ok else None
+
+
 def aggregate(runs):
-    """(label, processes) -> the median-time run's row, with the median time and accuracy over its repeats and
-    the per-epoch accuracies of the first seed's run (so that runs of the same seed can be compared)."""
+    """(label, processes) -> the configuration's median run, its row as it is: every figure the report quotes of a
+    configuration (time, accuracy, staleness, per-epoch accuracies, console output) is that one run's. Beside it,
+    the test accuracy of each successful repeat by seed, and how many runs there were."""
     configs = {}
     trainings = [r for r in runs if r["mode"] != "allreduce_test"]
     for key, rows in group(trainings, ("label", "processes")).items():
-        ok = sorted((r for r in rows if r["status"] == "ok"), key=lambda r: r["time"])
-        entry = dict(ok[(len(ok) - 1) // 2] if ok else rows[0])
-        if ok:
-            entry["time"] = statistics.median(r["time"] for r in ok)
-            entry["test_accuracy"] = statistics.median(r["test_accuracy"] for r in ok)
-        epochs = min(ok or rows, key=lambda r: r.get("repeat") or 0).get("epoch_accuracy")  # '84.9;90.1' or a number
-        entry.update(runs=len(rows), ok_runs=len(ok),
+        chosen = median_run(rows)
+        entry = dict(chosen or rows[0])
+        ok = sorted((r for r in rows if r["status"] == "ok"), key=lambda r: r.get("seed") or 0)
+        epochs = entry.get("epoch_accuracy")  # '84.9;90.1' or a number
+        entry.update(runs=len(rows), ok_runs=len(ok), run_accuracies=[r["test_accuracy"] for r in ok],
                      epoch_accuracy=[] if epochs is None else [float(a) for a in str(epochs).split(";") if a])
         configs[key] = entry
     return configs
+
+
+def representative_rows(rows, runs):
+    """allreduce.csv's rows of the median run of allreduce_test.py at each process count (by its wall time), so
+    that the tables quote the run whose console output the report shows; where runs.csv has no successful run at
+    a process count, the median over its repeats."""
+    tests = group([r for r in runs if r["mode"] == "allreduce_test"], ("processes",))
+    chosen = {p: median_run(same) for (p,), same in tests.items()}
+    kept = [r for r in rows if chosen.get(r["processes"]) is None
+            or (r.get("repeat") or 0) == (chosen[r["processes"]].get("repeat") or 0)]
+    return median_rows(kept, ("processes", "size"))
 
 
 def median_rows(rows, keys):

@@ -23,8 +23,8 @@ def pdf_facts(path):
 
 
 def check_pdf(out):
-    """hw3.pdf has at most five pages, questions 1-13 as headings in order, and serial's time and accuracy as the
-    medians of runs.csv's serial runs -> its text."""
+    """hw3.pdf has at most five pages, questions 1-13 as headings in order, and serial's time and accuracy as its
+    median run's in runs.csv (the run of median time) -> its text."""
     pages, text, headings = pdf_facts(out / "hw3.pdf")
     assert 1 <= pages <= MAX_PAGES
     assert [int(h.split(".")[0]) for h in headings] == list(range(1, 14)), headings
@@ -32,7 +32,9 @@ def check_pdf(out):
     assert -1 not in places and places == sorted(places), headings
     with open(out / "runs.csv", newline="") as f:
         serial = [row for row in csv.DictReader(f) if row["mode"] == "serial" and row["status"] == "ok"]
-    time, accuracy = (statistics.median(float(row[key]) for row in serial) for key in ("time", "test_accuracy"))
+    median = sorted(serial, key=lambda row: float(row["time"]))[(len(serial) - 1) // 2]
+    time, accuracy = float(median["time"]), float(median["test_accuracy"])
+    assert time == statistics.median_low(float(row["time"]) for row in serial)
     assert f"Serial trained in {time:.2f} s to {accuracy:.2f} % test accuracy" in text
     return text
 
@@ -70,16 +72,15 @@ def test_report_stops_naming_the_page_count_when_the_pdf_cannot_fit(tmp_path):
 @pytest.mark.parametrize("settings, phrase", [
     (dict(sync_time=2.5), "took 2.50 s against serial's 2.00 s: *slower than serial*"),
     (dict(sync_time=1.5, weak_time=1.0), "took 1.50 s against serial's 2.00 s: *faster than serial*"),
-    (dict(weak_time=1.0), "*Gustafson's view fits these runs better*"),
-    (dict(weak_time=3.0), "*Amdahl's view fits these runs better*"),
-    (dict(async_time=3.0), "async was *faster* (3.00 s against 10.00 s)"),
-    (dict(async_time=12.0), "async was *slower* (12.00 s against 10.00 s)"),
-    (dict(plain_accuracy=9.58), "Here plain asynchronous SGD *diverged*; the default *did not diverge*"),
-    (dict(plain_accuracy=91.0), "Here plain asynchronous SGD *did not diverge*; the default *did not diverge*"),
+    (dict(plain_accuracy=9.58),
+     "Plain asynchronous SGD *diverged in every run with 2 or more workers*; the default *did not diverge*"),
+    (dict(plain_accuracy=91.0), "Plain asynchronous SGD *diverged in every run at no worker count; its median runs "
+                                "reached 91.00 % (2 workers)*; the default *did not diverge*"),
     (dict(sync_time=2.5, weak_time=1.0),
-     "best weak run reached 2.00× (gradients over the ring, large-batch rule, P = 2), also ahead of the best"),
+     "best weak run measured reached 2.00× (gradients over the ring, large-batch rule, P = 2), ahead of the best"),
     (dict(sync_time=2.5, weak_time=3.0),
-     "best weak run reached 0.67× (gradients over the ring, large-batch rule, P = 2), not ahead of the best")])
+     "best weak run measured reached 0.67× (gradients over the ring, large-batch rule, P = 2), not ahead of the "
+     "best")])
 def test_the_pdf_says_what_the_numbers_say(tmp_path, settings, phrase):
     """The PDF's claims turn on the same comparisons as REPORT.md's: synthetic results on both sides of each."""
     assert phrase in " ".join(render(fake_results(tmp_path / "out", matrix(**settings)), pdf=True).split())
