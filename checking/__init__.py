@@ -6,4 +6,9 @@
     jobs        the scratch copy, and MPI jobs run under timeouts that name where a hung rank waits
     checks      the checks: which jobs they need and how each is judged
     sheet       the grade sheet (Markdown), the JSON record and the CSV summary
+    stall       the stall clock: a job's time less what other work on its cores held it back
+    rubric      points: check id -> points, required or not; the score of a submission
+    gradescope  Gradescope's autograder results.json from a record
+    batch       many submissions, each a check_submission.py of its own on its own cores; resumable
+    slurm_array a batch as a Slurm array, one task per submission
 """
