@@ -18,7 +18,6 @@ seconds under --jobs or Slurm are not comparable with a run alone, and the sheet
 import collections
 import json
 import os
-import shlex
 import shutil
 import signal
 import subprocess
