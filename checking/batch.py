@@ -122,7 +122,9 @@ class Child:
         self.stderr = open(os.path.join(self.tmp, "stderr.txt"), "w+")
         command = [sys.executable, CHECKER, source, *shared, "--json", os.path.join(folder, name + ".json"),
                    "--sheet", os.path.join(folder, name + ".md")]
+        # A session of its own: a Ctrl-C reaches the batch alone, which then ends each child's whole tree.
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=self.stderr, env=environment,
+                                        start_new_session=True,
                                         preexec_fn=None if cores is None else lambda: os.sched_setaffinity(0, cores))
 
     def settle(self, options):
