@@ -37,7 +37,17 @@ RUNS = {"ring_whole_arrays": ["--only", "ring", "--processes", "3"],
         "async_rank0_partial": ["--only", "async.completes,async.model", "--processes", "4", "--epochs", "1"],
         "async_worker_all_batches": ["--only", "async.completes,async.batches", "--processes", "4", "--epochs", "1",
                                      "--batches", "40"],  # two workers: each does all 40
-        "syntax_error": ["--only", "files"]}
+        "syntax_error": ["--only", "files"],
+        # issue 33's mutants
+        "sync_no_broadcast": ["--only", "sync.completes,sync.replicas,sync.split,sync.exchange", "--processes", "2",
+                              "--epochs", "1", "--batches", "40"],
+        "ring_fails_at_one": ["--only", "ring", "--processes", "1,2"],
+        "async_crash_few_workers": ["--only", "async.completes", "--processes", "3", "--epochs", "1", "--batches",
+                                    "40"],
+        "ring_dropped_isend": ["--only", "ring,mpi", "--processes", "3"],
+        **{name: ["--only", "async.completes,async.batches,async.rules,mpi", "--processes", "2,4", "--epochs", "1",
+                  "--batches", "40"] for name in ("async_pending_irecv", "async_update_in_flight",
+                                                  "async_unreceived_stop")}}
 # A mutant without a small run above runs through every check that reads its file (as in test_check_submission).
 READ_BY = {"my_naive_allreduce.py": "files,naive", "my_ring_allreduce.py": "files,ring,sync",
            "sync_network.py": "files,sync", "sync_network_collective.py": "files,sync",
