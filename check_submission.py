@@ -79,7 +79,8 @@ def parse(argv):
                         "(files, report, naive, ring, sync, async, timing, or ids such as ring.volume)")
     parser.add_argument("--timing", action="store_true", help="also time the runs against this reference's")
     parser.add_argument("--json", metavar="PATH", help="write everything as JSON (a list for several)")
-    parser.add_argument("--sheet", metavar="PATH", help="write the Markdown sheet here (a folder for several)")
+    parser.add_argument("--sheet", metavar="PATH", help="write the Markdown sheet here (for several: a folder, each "
+                        "record beside its sheet; the same command again resumes)")
     parser.add_argument("--summary", metavar="CSV", help="write one CSV row per submission")
     parser.add_argument("--timeout", type=positive(float), default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help=f"declare a job hung after this long without progress (default {DEFAULT_TIMEOUT:g})")
