@@ -4,12 +4,14 @@
     python3 check_submission.py hw3.zip --skeleton DIR    the course's submission form, laid over the skeleton
     python3 check_submission.py subs/*.zip --skeleton DIR --summary grades.csv    many: one CSV row each
         [--quick | --full] [--processes 2,3,4] [--only ring,sync.replicas] [--timing]
-        [--json PATH] [--sheet PATH] [--timeout SECONDS] [--keep]
+        [--json PATH] [--sheet PATH] [--timeout SECONDS] [--keep] [--rubric FILE] [--gradescope PATH]
+    python3 check_submission.py subs/*.zip --skeleton DIR --sheet sheets/ --summary grades.csv [--jobs N | --slurm]
+        many side by side, or as a Slurm array; rerun the same command to finish a batch that was stopped
 
 The submission is never touched: it runs in a scratch copy, every MPI job under a timeout, with a
 recording communicator that logs every MPI call. What each check means and why the assignment asks
-it: docs/checking.md. Exit status 0 when every required check passes, 1 when one fails, 2 when a
-submission cannot be checked at all (a one-line message says why).
+it: docs/checking.md. Points come from a rubric (checking/rubric.py). Exit status 0 when every required
+check passes, 1 when one fails, 2 when a submission cannot be checked at all (a one-line message says why).
 """
 import argparse
 import json
@@ -18,9 +20,12 @@ import sys
 import tempfile
 import time
 
+from checking import gradescope
+from checking.batch import CORES_PER_SUBMISSION, default_jobs, error_record, run_batch, write_whole
 from checking.cases import SETTINGS
 from checking.checks import CHECKS, Run, check_all
 from checking.jobs import Scratch, SubmissionError, write_data
+from checking.rubric import Rubric, RubricError
 from checking.sheet import markdown, record, write_summary
 
 __all__ = ["main"]
@@ -61,7 +66,7 @@ def positive(kind):
 def parse(argv):
     parser = argparse.ArgumentParser(
         prog="check_submission.py", description="Check a student's hw3 against the assignment's rules and "
-        "this reference; write a grade sheet (docs/checking.md).")
+        "this reference; write a grade sheet (docs/checking.md).", allow_abbrev=False)
     parser.add_argument("submissions", nargs="+", metavar="SUBMISSION",
                         help="a working folder (skeleton and five files) or a zip of the five files and hw3.pdf")
     parser.add_argument("--skeleton", metavar="DIR", help="the course's skeleton files, under the submission's")
@@ -74,7 +79,8 @@ def parse(argv):
                         "(files, report, naive, ring, sync, async, timing, or ids such as ring.volume)")
     parser.add_argument("--timing", action="store_true", help="also time the runs against this reference's")
     parser.add_argument("--json", metavar="PATH", help="write everything as JSON (a list for several)")
-    parser.add_argument("--sheet", metavar="PATH", help="write the Markdown sheet here (a folder for several)")
+    parser.add_argument("--sheet", metavar="PATH", help="write the Markdown sheet here (for several: a folder, each "
+                        "record beside its sheet; the same command again resumes)")
     parser.add_argument("--summary", metavar="CSV", help="write one CSV row per submission")
     parser.add_argument("--timeout", type=positive(float), default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help=f"declare a job hung after this long without progress (default {DEFAULT_TIMEOUT:g})")
@@ -85,9 +91,25 @@ def parse(argv):
     parser.add_argument("--matrix", choices=("course", "contract"), default="course",
                         help="contract: this project's stricter allreduce contract (SPEC section 2)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folders (their paths are printed)")
+    parser.add_argument("--rubric", metavar="FILE", help="points per check, TOML (default: the assignment's "
+                        "parts, docs/rubric.toml)")
+    parser.add_argument("--gradescope", metavar="PATH", help="write Gradescope's autograder results.json here "
+                        "(one submission)")
+    parser.add_argument("--jobs", type=positive(int), metavar="N", help="check N submissions side by side, each "
+                        f"pinned to cores of its own (default: one per {CORES_PER_SUBMISSION} cores, here "
+                        f"{default_jobs()})")
+    parser.add_argument("--slurm", action="store_true", help="one Slurm array task per submission (sbatch "
+                        "--array), merged here; with --jobs N at most N at once")
     options = parser.parse_args(argv)
     if options.skeleton is not None and not os.path.isdir(options.skeleton):
         parser.error(f"--skeleton {options.skeleton}: no such folder")
+    try:
+        options.rubric = Rubric.read(options.rubric) if options.rubric else Rubric.default()
+    except RubricError as error:
+        parser.error(f"--rubric {error}")
+    options.batch = len(options.submissions) > 1 or options.jobs is not None or options.slurm
+    if options.gradescope and len(options.submissions) > 1:
+        parser.error("--gradescope writes one submission's results: give one")
     options.only_processes = options.processes
     options.processes = options.processes or (FULL_PROCESSES if options.full else QUICK_PROCESSES)
     options.limit = JOB_LIMIT
@@ -118,8 +140,10 @@ def reproducer(source, options):
 
 def settings_text(options):
     mode = "full" if options.full else "quick"
+    cores = sorted(os.sched_getaffinity(0))
+    pinned = f", on core(s) {','.join(map(str, cores))} of {os.cpu_count()}" if len(cores) < os.cpu_count() else ""
     return (f"{mode}, P = {','.join(map(str, options.processes))}, {options.epochs} epochs of {options.batches} "
-            f"mini-batches, timeout {options.timeout:g} s")
+            f"mini-batches, timeout {options.timeout:g} s{pinned}")
 
 
 def check_one(source, options, data):
@@ -136,44 +160,51 @@ def check_one(source, options, data):
             scratch.remove()
     seconds = time.monotonic() - start
     settings = settings_text(options)
-    return (record(scratch.name, source, checks, seconds, settings, run.outcomes),
-            markdown(scratch.name, source, checks, seconds, settings))
+    score = options.rubric.score([(check.id, check.status) for check in checks])
+    entry = record(scratch.name, source, checks, seconds, settings, run.outcomes)
+    entry.update(score=score.points, max_score=score.maximum, rubric=options.rubric.source,
+                 cores=sorted(os.sched_getaffinity(0)))
+    for check, (_, earned, possible) in zip(entry["checks"], score.checks):
+        check.update(points=earned, max_points=possible)
+    return entry, markdown(scratch.name, source, checks, seconds, settings, score)
 
 
-def write(path, text):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(text)
+def write_gradescope(path, entry, sheet, rubric):
+    """Gradescope's results.json: the sheet's lines above its table are the output for the whole."""
+    headline = sheet.split("\n| check |")[0] if sheet else f"Could not be checked: {'; '.join(entry['failed'])}"
+    parts = {check_id: item.part for check_id, item in rubric.items.items()}
+    write_whole(path, json.dumps(gradescope.results(entry, headline, parts), indent=1) + "\n")
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
     options = parse(argv)
-    records, several = [], len(options.submissions) > 1
+    unrated = options.rubric.unrated()
+    if unrated and options.rubric.source != "default":
+        print(f"check_submission.py: {options.rubric.source} gives no points for {', '.join(unrated)}: "
+              "they are worth 0", file=sys.stderr)
+    if options.batch:
+        return run_batch(options, argv)
+    source = options.submissions[0]
     with tempfile.TemporaryDirectory(prefix="hw3-check-data-") as folder:
         data = write_data(os.path.join(folder, "mnist.npz"))
-        for source in options.submissions:
-            try:
-                entry, sheet = check_one(source, options, data)
-            except SubmissionError as error:
-                print(f"check_submission.py: error: {error}", file=sys.stderr)
-                if not several:
-                    return 2
-                entry = {"submission": os.path.basename(source), "source": source, "verdict": "error",
-                         "failed": [str(error)], "seconds": 0.0, "checks": [], "jobs": []}
-                sheet = None
-            records.append(entry)
-            if sheet is not None and options.sheet:
-                write(os.path.join(options.sheet, entry["submission"] + ".md") if several else options.sheet, sheet)
-            if several:
-                print(f"{source}: {entry['verdict']}" + (f" ({', '.join(entry['failed'])})" if entry["failed"]
-                                                         else "") + f", {entry['seconds']:.0f} s", flush=True)
-            elif sheet is not None:
-                print(sheet, end="")
-    if options.json:
-        write(options.json, json.dumps(records if several else records[0], indent=1) + "\n")
+        try:
+            entry, sheet = check_one(source, options, data)
+        except SubmissionError as error:
+            print(f"check_submission.py: error: {error}", file=sys.stderr)
+            if options.gradescope:
+                write_gradescope(options.gradescope, error_record(source, str(error), options), None, options.rubric)
+            return 2
+    if options.sheet:
+        write_whole(options.sheet, sheet)
+    print(sheet, end="")
+    if options.gradescope:
+        write_gradescope(options.gradescope, entry, sheet, options.rubric)
     if options.summary:
-        write_summary(options.summary, records)
-    return 0 if all(entry["verdict"] == "pass" for entry in records) else 1
+        write_summary(options.summary, [entry])
+    if options.json:
+        write_whole(options.json, json.dumps(entry, indent=1) + "\n")
+    return 0 if entry["verdict"] == "pass" else 1
 
 
 if __name__ == "__main__":

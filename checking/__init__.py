@@ -11,4 +11,9 @@
                 flight, messages never received
     timing      --timing: the submission's run times beside this reference's
     sheet       the grade sheet (Markdown), the JSON record and the CSV summary
+    stall       the stall clock: a job's time less what other work on its cores held it back
+    rubric      points: check id -> points, required or not; the score of a submission
+    gradescope  Gradescope's autograder results.json from a record
+    batch       many submissions, each a check_submission.py of its own on its own cores; resumable
+    slurm_array a batch as a Slurm array, one task per submission
 """

@@ -4,8 +4,8 @@ A submission is never touched: its top-level files (and, for a zip, the five fil
 in it, over the course's skeleton) are copied into a scratch folder, where every job runs. A job is
 `mpiexec -n P python3 -m checking.driver TASK ...` (driver.py) with its own log folder. It is watched
 while it runs: when none of its ranks has logged anything (an MPI call, a result, a line of output)
-for `stall` seconds it is declared hung, where each rank waits is read off its log, and the whole job
-is killed. `limit` caps a job's time whatever it does.
+for `stall` seconds (on the stall clock, stall.py) it is declared hung, where each rank waits is read
+off its log, and the whole job is killed. `limit` caps a job's time whatever it does.
 """
 import collections
 import json
@@ -19,6 +19,8 @@ import time
 import zipfile
 
 import numpy as np
+
+from checking.stall import StallClock
 
 __all__ = ["FIVE_FILES", "Scratch", "SubmissionError", "Job", "Outcome", "run_job",
            "read_jsonl", "open_calls", "describe_waits"]
@@ -151,17 +153,22 @@ def run_job(scratch, job, stall, limit, record=True):
 
 
 def watch(process, log_dir, start, stall, limit):
-    """Wait for the job -> "ok" when it ends, "hung" after `stall` s without a line logged, or "timeout"."""
-    last_size, last_change = -1, start
+    """Wait for the job -> "ok" when it ends, "hung" after `stall` s without a line logged, or "timeout".
+
+    The `stall` seconds are counted on the stall clock (stall.py): wall time less what other work on the
+    job's cores held it back, so a busy machine does not turn a slow job into a hung one.
+    """
+    clock = StallClock(process.pid)
+    last_size, last_change, held_then = -1, start, 0.0
     while process.poll() is None:
         time.sleep(0.1)
-        now = time.monotonic()
+        now, held = time.monotonic(), clock.held_back()
         size = sum(entry.stat().st_size for entry in os.scandir(log_dir))
         if size != last_size:
-            last_size, last_change = size, now
+            last_size, last_change, held_then = size, now, held
         if now - start > limit:
             return "timeout"
-        if now - last_change > stall:
+        if now - last_change - (held - held_then) > stall:
             return "hung"
     return "ok"
 

@@ -23,10 +23,10 @@ def cell(text):
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(name, source, checks, seconds, settings):
-    """The sheet for one submission."""
+def markdown(name, source, checks, seconds, settings, score=None):
+    """The sheet for one submission; score (rubric.Score) goes in its first line."""
     outcome, failed = verdict(checks)
-    lines = [f"# hw3 check: {name}", ""]
+    lines = [f"# hw3 check: {name}" + (f" ({score.text()})" if score is not None else ""), ""]
     headline = (f"**{outcome.upper()}**: every required check passed" if outcome == "pass" else
                 f"**FAIL**: {len(failed)} required check(s) failed: {', '.join(failed)}")
     lines += [f"{headline}. Checked `{source}` ({settings}) in {seconds:.0f} s.", "",
@@ -58,13 +58,14 @@ def record(name, source, checks, seconds, settings, outcomes):
 
 
 def write_summary(path, records):
-    """One CSV row per submission: verdict, failed checks, time, then every check's status."""
+    """One CSV row per submission: verdict, score, failed checks, time, then every check's status."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["submission", "verdict", "failed", "seconds"] + list(CHECKS))
+        writer.writerow(["submission", "verdict", "score", "max_score", "failed", "seconds"] + list(CHECKS))
         for entry in records:
             status = {c["id"]: c["status"] for c in entry["checks"]}
-            writer.writerow([entry["submission"], entry["verdict"], " ".join(entry["failed"]),
+            writer.writerow([entry["submission"], entry["verdict"], f"{entry.get('score', '')}",
+                             f"{entry.get('max_score', '')}", " ".join(entry["failed"]),
                              f"{entry['seconds']:.0f}"] + [status.get(check_id, "") for check_id in CHECKS])

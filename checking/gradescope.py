@@ -1,0 +1,37 @@
+"""Gradescope's autograder results.json, from a submission's JSON record (docs/checking.md, "On Gradescope").
+
+The fields are those Gradescope's autograder specification documents
+(https://gradescope-autograders.readthedocs.io/en/latest/specs/): the total `score`, `execution_time`
+(seconds), `output` (the sheet's headline), and `tests`, one per check asked for, each with `name`,
+`score`, `max_score`, `status` ("passed" or "failed"), `output` (the check's evidence and the command
+that runs it again alone) and `tags` (its part of the assignment in the rubric).
+"""
+__all__ = ["results"]
+
+
+def evidence(check):
+    """The sheet's evidence for one check, as plain text."""
+    lines = [("not run: " if check["status"] == "skip" else "") + check["summary"]]
+    lines += [f"- {detail}" for detail in check["details"]]
+    if check["status"] in ("fail", "warn") and check.get("command"):
+        lines.append(f"Check it again alone: {check['command']}")
+    return "\n".join(line for line in lines if line)
+
+
+def status(check):
+    """passed, or failed: a failure, or a skip that cost points."""
+    lost = check["status"] == "fail" or (check["status"] == "skip" and check.get("max_points", 0) > 0)
+    return "failed" if lost else "passed"
+
+
+def results(record, headline, parts):
+    """results.json for one record; headline: the sheet's verdict line; parts: check id -> rubric part."""
+    tests = []
+    for check in record["checks"]:
+        test = {"name": f"{check['id']}: {check['title']}", "score": check.get("points", 0),
+                "max_score": check.get("max_points", 0), "status": status(check), "output": evidence(check)}
+        if parts.get(check["id"]):
+            test["tags"] = [parts[check["id"]]]
+        tests.append(test)
+    return {"score": record.get("score", 0), "execution_time": int(round(record["seconds"])),
+            "output": headline, "tests": tests}
