@@ -4,9 +4,10 @@
     python3 check_submission.py hw3.zip --skeleton DIR    the course's submission form, laid over the skeleton
     python3 check_submission.py subs/*.zip --skeleton DIR --summary grades.csv    many: one CSV row each
         [--quick | --full] [--processes 2,3,4] [--only ring,sync.replicas] [--timing]
-        [--json PATH] [--sheet PATH] [--timeout SECONDS] [--keep]
+        [--json PATH] [--sheet PATH] [--timeout SECONDS] [--keep] [--sandbox MODE | --no-sandbox]
 
-The submission is never touched: it runs in a scratch copy, every MPI job under a timeout, with a
+The submission is never touched: it runs in a scratch copy, every MPI job under a timeout, in a sandbox
+(no network, only its scratch folder writable, limits per rank: checking/sandbox.py), with a
 recording communicator that logs every MPI call. What each check means and why the assignment asks
 it: docs/checking.md. Exit status 0 when every required check passes, 1 when one fails, 2 when a
 submission cannot be checked at all (a one-line message says why).
@@ -21,6 +22,7 @@ import time
 from checking.cases import SETTINGS
 from checking.checks import CHECKS, Run, check_all
 from checking.jobs import Scratch, SubmissionError, write_data
+from checking.sandbox import LIMITS, MODES, Sandbox
 from checking.sheet import markdown, record, write_summary
 
 __all__ = ["main"]
@@ -85,12 +87,26 @@ def parse(argv):
     parser.add_argument("--matrix", choices=("course", "contract"), default="course",
                         help="contract: this project's stricter allreduce contract (SPEC section 2)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folders (their paths are printed)")
+    isolation = parser.add_mutually_exclusive_group()
+    isolation.add_argument("--sandbox", choices=("auto", "namespaces", "limits"), default="auto",
+                           help="auto (the default): namespaces and limits where the machine allows, else limits "
+                           "only; namespaces: fail where it does not; limits: the limits per rank only")
+    isolation.add_argument("--no-sandbox", dest="sandbox", action="store_const", const="none",
+                           help="for debugging: run the submission with your rights, network and no limits")
+    parser.add_argument("--cpu-limit", type=positive(int), metavar="SECONDS",
+                        help=f"CPU seconds per rank (default {LIMITS['cpu']}, scaled up with --epochs x --batches)")
     options = parser.parse_args(argv)
     if options.skeleton is not None and not os.path.isdir(options.skeleton):
         parser.error(f"--skeleton {options.skeleton}: no such folder")
     options.only_processes = options.processes
     options.processes = options.processes or (FULL_PROCESSES if options.full else QUICK_PROCESSES)
     options.limit = JOB_LIMIT
+    work = options.epochs * options.batches / (SETTINGS["epochs"] * SETTINGS["number_of_batches"])
+    try:
+        options.sandbox = Sandbox.choose(options.sandbox, {"cpu": options.cpu_limit or
+                                                           round(LIMITS["cpu"] * max(1.0, work))})
+    except RuntimeError as error:
+        parser.error(f"--sandbox namespaces: {error}")
     return options
 
 
@@ -119,7 +135,7 @@ def reproducer(source, options):
 def settings_text(options):
     mode = "full" if options.full else "quick"
     return (f"{mode}, P = {','.join(map(str, options.processes))}, {options.epochs} epochs of {options.batches} "
-            f"mini-batches, timeout {options.timeout:g} s")
+            f"mini-batches, timeout {options.timeout:g} s, isolation: {MODES[options.sandbox.mode]}")
 
 
 def check_one(source, options, data):
@@ -136,8 +152,10 @@ def check_one(source, options, data):
             scratch.remove()
     seconds = time.monotonic() - start
     settings = settings_text(options)
-    return (record(scratch.name, source, checks, seconds, settings, run.outcomes),
-            markdown(scratch.name, source, checks, seconds, settings))
+    entry = record(scratch.name, source, checks, seconds, settings, run.outcomes)
+    entry.update(isolation=MODES[options.sandbox.mode], sandbox=options.sandbox.description)
+    return entry, markdown(scratch.name, source, checks, seconds, settings, options.sandbox.description,
+                           run.outcomes)
 
 
 def write(path, text):
