@@ -29,6 +29,7 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import resource
 import signal
 import subprocess
@@ -43,7 +44,7 @@ GIB, MIB = 2 ** 30, 2 ** 20
 # Per rank. bench/sandbox_limits.txt: over a --full check of the correct fixture a rank used at most
 # 9.5 CPU s, 0.9 GB of address space (0.55 GB resident), 46 open files, 3 threads, and wrote 9 MB to
 # one file; a job's ranks, launcher and proxies are under 40 processes (P = 8).
-LIMITS = {"cpu": 120, "address_space": 4 * GIB, "file_size": 256 * MIB, "processes": 256, "open_files": 512}
+LIMITS = {"cpu": 120, "address_space": 4 * GIB, "file_size": 128 * MIB, "processes": 256, "open_files": 512}
 SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 DEVICES = ("null", "zero", "full", "random", "urandom")
 KEEP = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "LD_LIBRARY_PATH")  # the environment's allow-list
@@ -197,8 +198,12 @@ def sizes(limits):
     return {key: (size(value) if key in ("address_space", "file_size") else value) for key, value in limits.items()}
 
 
-def stops(sandbox, log_dir, processes, results):
-    """The lines that say which limit stopped which rank of a job (usage.RANK.json, job.json, errors)."""
+MISSING = re.compile(r"No such file or directory: '(/[^']*)'")
+
+
+def stops(sandbox, log_dir, processes, results, work, output=""):
+    """The lines that say which limit stopped which rank of a job (usage.RANK.json, job.json, the ranks'
+    errors, Hydra's report of a process it lost)."""
     if sandbox.mode == "none":
         return []
     named = sizes(sandbox.limits)
@@ -219,9 +224,24 @@ def stops(sandbox, log_dir, processes, results):
         for record in records:
             message = str(record.get("error", ""))
             found = next((limit for key, limit in ERRORS if key in message), None)
+            missing = MISSING.search(message)
+            if not found and sandbox.mode == "namespaces" and missing and not missing.group(1).startswith(work):
+                found = "the sandbox's view (outside its scratch folder only the system and the checker are there)"
             if found:
                 lines.append(f"rank {rank} stopped by " + found.format(**named) + f": {message[:160]}" + (f" at {record['at']}" if record.get("at") else ""))
-    launcher = read_json(os.path.join(log_dir, "job.json")).get("signal")
+    launcher = read_json(os.path.join(log_dir, "job.json"))
+    ranks = {read_json(os.path.join(log_dir, f"usage.{rank}.json")).get("rank_pid"): rank for rank in range(processes)}
+    orphans = [(ranks[pid], number) for pid, number in launcher.get("orphans", []) if pid in ranks]
+    if orphans and orphans[0][1] == signal.SIGKILL and not lines:  # the first to lose its guard; the rest: cleanup
+        lines.append(f"rank {orphans[0][0]} was killed by SIGKILL with its parent, the sandbox's guard of the rank, "
+                     f"which a process of the job killed (no limit)")
+    try:
+        if os.path.getsize(os.path.join(log_dir, "stdout.txt")) >= sandbox.limits["file_size"]:
+            lines.append(f"the job's output reached the file-size limit of {named['file_size']}: mpiexec could "
+                         f"write no more and ended the job")
+    except OSError:
+        pass
+    launcher = launcher.get("signal")
     if launcher == signal.SIGXFSZ:
         lines.append(f"mpiexec was killed by SIGXFSZ: the job's output reached the file-size limit of "
                      f"{named['file_size']}")
@@ -246,7 +266,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
 MNT_DETACH = 2
-PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_SET_NO_NEW_PRIVS = 1, 24, 28, 38
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 24, 28, 36, 38
 SECURE_NOROOT_LOCKED = 0b101111  # noroot, no_setuid_fixup, keep_caps, each locked: root regains nothing on exec
 PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217, "riscv64": 41}
 
@@ -378,7 +398,9 @@ def set_limits(limits):
 
 
 def launch(spec, command):
-    """Fork mpiexec under the limits, wait for it -> its exit code; a signal that killed it goes to job.json."""
+    """Fork mpiexec under the limits, wait for it -> its exit code. job.json gets the signal that killed it and
+    the orphans reaped meanwhile (a rank whose guard was killed), in order."""
+    call("prctl", PR_SET_CHILD_SUBREAPER, ctypes.c_ulong(1), 0, 0, 0)
     child = os.fork()
     if child == 0:
         try:
@@ -389,15 +411,16 @@ def launch(spec, command):
             print(f"sandbox (job): {command[0]}: {error}", file=sys.stderr, flush=True)
         finally:
             os._exit(127)
-    while True:  # process 1 of the namespace also reaps every orphan
+    orphans = []
+    while True:  # a subreaper (process 1 of the namespace, too) reaps every orphan
         pid, status = os.wait()
         if pid == child:
             break
-    if os.WIFSIGNALED(status):
-        with open(os.path.join(spec["log_dir"], "job.json"), "w") as f:
-            json.dump({"signal": os.WTERMSIG(status)}, f)
-        return 128 + os.WTERMSIG(status)
-    return os.WEXITSTATUS(status)
+        orphans.append((pid, os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0))
+    record = {"orphans": orphans, **({"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status) else {})}
+    with open(os.path.join(spec["log_dir"], "job.json"), "w") as f:
+        json.dump(record, f)
+    return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
 def job_stage(spec, command):
@@ -431,6 +454,7 @@ def rank_stage(log_dir, command):
     """Run one rank as a child; write its CPU time, peak memory and the signal that killed it, then end
     as it ended."""
     call("prctl", PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), 0, 0, 0)
+    path = os.path.join(log_dir, f"usage.{os.environ.get('PMI_RANK', '0')}.json")
     child = os.fork()
     if child == 0:
         try:
@@ -440,14 +464,17 @@ def rank_stage(log_dir, command):
             print(f"sandbox (rank): {command[0]}: {error}", file=sys.stderr, flush=True)
         finally:
             os._exit(127)
+    with open(path, "w") as f:
+        json.dump({"rank_pid": child}, f)  # how the job stage knows this rank if it is orphaned
     for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(number, lambda received, _: os.kill(child, received))
     _, status, usage = os.wait4(child, 0)
-    record = {"cpu": round(usage.ru_utime + usage.ru_stime, 2), "rss_mb": round(usage.ru_maxrss / 1024, 1)}
+    record = {"rank_pid": child, "cpu": round(usage.ru_utime + usage.ru_stime, 2),
+              "rss_mb": round(usage.ru_maxrss / 1024, 1)}
     if os.WIFSIGNALED(status):
         record["signal"] = os.WTERMSIG(status)
     try:
-        with open(os.path.join(log_dir, f"usage.{os.environ.get('PMI_RANK', '0')}.json"), "w") as f:
+        with open(path, "w") as f:
             json.dump(record, f)
     except OSError:
         pass
