@@ -102,8 +102,9 @@ def parse(argv):
     options.processes = options.processes or (FULL_PROCESSES if options.full else QUICK_PROCESSES)
     options.limit = JOB_LIMIT
     work = options.epochs * options.batches / (SETTINGS["epochs"] * SETTINGS["number_of_batches"])
+    options.isolation = options.sandbox  # as asked (auto, namespaces, limits, none), for the reproducing command
     try:
-        options.sandbox = Sandbox.choose(options.sandbox, {"cpu": options.cpu_limit or
+        options.sandbox = Sandbox.choose(options.isolation, {"cpu": options.cpu_limit or
                                                            round(LIMITS["cpu"] * max(1.0, work))})
     except RuntimeError as error:
         parser.error(f"--sandbox namespaces: {error}")
@@ -123,6 +124,10 @@ def reproducer(source, options):
             common.append(f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
     if options.full:
         common.append("--full")
+    if options.cpu_limit:
+        common.append(f"--cpu-limit {options.cpu_limit}")
+    if options.isolation != "auto":
+        common.append("--no-sandbox" if options.isolation == "none" else f"--sandbox {options.isolation}")
 
     def reproduce(check_id, processes=None):
         processes = processes or options.only_processes

@@ -41,9 +41,12 @@ HERE = os.path.abspath(__file__)
 MODES = {"namespaces": "namespaces + limits", "limits": "limits only", "none": "none (--no-sandbox)"}
 SANDBOX_ID = 2 ** 31 - 7  # the uid and gid a root grader's jobs run as (unused: no passwd entry needs it)
 GIB, MIB = 2 ** 30, 2 ** 20
-# Per rank. bench/sandbox_limits.txt: over a --full check of the correct fixture a rank used at most
-# 9.5 CPU s, 0.9 GB of address space (0.55 GB resident), 46 open files, 3 threads, and wrote 9 MB to
-# one file; a job's ranks, launcher and proxies are under 40 processes (P = 8).
+# Per rank, from bench/sandbox_limits.txt (a --full check of the correct fixture on the shared 2-core machine):
+# a rank used at most 23.4 CPU s (sync ring, P = 8; 10.6 s at the quick check's P = 4), 0.90 GB of address
+# space (0.55 GB resident), 46 open files and 3 threads, and wrote at most 19.4 MB to one file (a call log);
+# a job at P = 8 is about 35 tasks (ranks' threads, their guards, mpiexec, its proxy). The margins: CPU 5x
+# (a silent runaway is stopped sooner, by the no-progress timeout), address space 4.5x, file size 6.6x,
+# open files 11x, processes 7x.
 LIMITS = {"cpu": 120, "address_space": 4 * GIB, "file_size": 128 * MIB, "processes": 256, "open_files": 512}
 SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 DEVICES = ("null", "zero", "full", "random", "urandom")
