@@ -155,8 +155,7 @@ def run_job(scratch, job, stall, limit, record=True, sandbox=None):
     err.close()
     results = read_results(log_dir, job.processes)
     return Outcome(job, status, process.returncode, seconds, log_dir, stdout, stderr, results, calls, waits,
-                   sandbox_stops(sandbox, log_dir, job.processes, results, scratch.work,
-                                 stdout[-4000:] + stderr[-4000:]))
+                   sandbox_stops(sandbox, log_dir, job.processes, results, scratch.work))
 
 
 _default = []

@@ -88,7 +88,7 @@ class Sandbox:
                 f"address space, files up to {limits['file_size'] // MIB} MiB, {limits['open_files']} open files; "
                 f"{limits['processes']} processes")
         if self.mode == "limits":
-            text += " counted over the grader's user" + ("; not enforced for root" if os.geteuid() == 0 else "")
+            text += (" beyond those the grader's user runs" if os.geteuid() else " (not enforced: the grader is root)")
             text += "; network, files and processes of the host reachable"
             return text + ")" + (f": {self.reason}" if self.reason else "")
         return text + " per job; no network; only its scratch folder writable)"
@@ -201,56 +201,62 @@ def sizes(limits):
     return {key: (size(value) if key in ("address_space", "file_size") else value) for key, value in limits.items()}
 
 
-MISSING = re.compile(r"No such file or directory: '(/[^']*)'")
+MISSING = re.compile(r"No such file or directory: '(/[^']*)'")  # an absolute path: outside the view?
 
 
-def stops(sandbox, log_dir, processes, results, work, output=""):
-    """The lines that say which limit stopped which rank of a job (usage.RANK.json, job.json, the ranks'
-    errors, Hydra's report of a process it lost)."""
+def stops(sandbox, log_dir, processes, results, work):
+    """The lines that say which limit stopped which rank of a job: from the guards' usage.RANK.json, the
+    ranks' errors, the job stage's job.json and the size of the job's output."""
     if sandbox.mode == "none":
         return []
     named = sizes(sandbox.limits)
-    lines = []
-    for rank in range(processes):
-        usage = read_json(os.path.join(log_dir, f"usage.{rank}.json"))
-        number = usage.get("signal")
-        if number:
-            name = signal.Signals(number).name
-            if number in SIGNALS:
-                lines.append(f"rank {rank} was killed by {name}: " + SIGNALS[number].format(**named))
-            elif number == signal.SIGKILL and usage.get("cpu", 0) >= sandbox.limits["cpu"]:
-                lines.append(f"rank {rank} was killed by SIGKILL: the CPU time limit of {named['cpu']} s "
-                             f"(after ignoring SIGXCPU)")
-            else:
-                lines.append(f"rank {rank} was killed by {name} ({usage.get('cpu', 0):.1f} CPU s)")
-    for rank, records in enumerate(results):
-        for record in records:
-            message = str(record.get("error", ""))
-            found = next((limit for key, limit in ERRORS if key in message), None)
-            missing = MISSING.search(message)
-            if not found and sandbox.mode == "namespaces" and missing and not missing.group(1).startswith(work):
-                found = "the sandbox's view (outside its scratch folder only the system and the checker are there)"
-            if found:
-                lines.append(f"rank {rank} stopped by " + found.format(**named) + f": {message[:160]}" + (f" at {record['at']}" if record.get("at") else ""))
-    launcher = read_json(os.path.join(log_dir, "job.json"))
-    ranks = {read_json(os.path.join(log_dir, f"usage.{rank}.json")).get("rank_pid"): rank for rank in range(processes)}
-    orphans = [(ranks[pid], number) for pid, number in launcher.get("orphans", []) if pid in ranks]
-    if orphans and orphans[0][1] == signal.SIGKILL and not lines:  # the first to lose its guard; the rest: cleanup
-        lines.append(f"rank {orphans[0][0]} was killed by SIGKILL with its parent, the sandbox's guard of the rank, "
-                     f"which a process of the job killed (no limit)")
+    usages = [read_json(os.path.join(log_dir, f"usage.{rank}.json")) for rank in range(processes)]
+    lines = [line for rank, usage in enumerate(usages) for line in signal_lines(rank, usage, sandbox.limits, named)]
+    lines += [line for rank, records in enumerate(results) for record in records
+              for line in error_lines(rank, record, sandbox.mode, work, named)]
+    return list(dict.fromkeys(lines + job_lines(log_dir, usages, sandbox.limits, named, lines)))
+
+
+def signal_lines(rank, usage, limits, named):
+    """A rank killed by a limit's signal (others, e.g. a job's cleanup, are no limit's doing)."""
+    number = usage.get("signal")
+    if number in SIGNALS:
+        return [f"rank {rank} was killed by {signal.Signals(number).name}: " + SIGNALS[number].format(**named)]
+    if number == signal.SIGKILL and usage.get("cpu", 0) >= limits["cpu"]:
+        return [f"rank {rank} was killed by SIGKILL: the CPU time limit of {named['cpu']} s (after ignoring SIGXCPU)"]
+    return []
+
+
+def error_lines(rank, record, mode, work, named):
+    """A rank's error that a limit or the view caused (MemoryError, File too large, ...)."""
+    message = str(record.get("error", ""))
+    found = next((limit for key, limit in ERRORS if key in message), None)
+    missing = MISSING.search(message)
+    if not found and mode == "namespaces" and missing and not missing.group(1).startswith(work):
+        found = "the sandbox's view (outside its scratch folder only the system and the checker are there)"
+    if not found:
+        return []
+    return [f"rank {rank} stopped by {found.format(**named)}: {message[:160]}"
+            + (f" at {record['at']}" if record.get("at") else "")]
+
+
+def job_lines(log_dir, usages, limits, named, found):
+    """The job's output over the file-size limit; mpiexec killed; else the first rank that lost its guard."""
+    lines, stage = [], read_json(os.path.join(log_dir, "job.json"))
     try:
-        if os.path.getsize(os.path.join(log_dir, "stdout.txt")) >= sandbox.limits["file_size"]:
+        if os.path.getsize(os.path.join(log_dir, "stdout.txt")) >= limits["file_size"]:
             lines.append(f"the job's output reached the file-size limit of {named['file_size']}: mpiexec could "
                          f"write no more and ended the job")
     except OSError:
         pass
-    launcher = launcher.get("signal")
-    if launcher == signal.SIGXFSZ:
-        lines.append(f"mpiexec was killed by SIGXFSZ: the job's output reached the file-size limit of "
-                     f"{named['file_size']}")
-    elif launcher:
-        lines.append(f"mpiexec was killed by {signal.Signals(launcher).name}")
-    return list(dict.fromkeys(lines))
+    if stage.get("signal"):
+        lines.append(f"mpiexec was killed by {signal.Signals(stage['signal']).name}")
+    ranks = {usage.get("rank_pid"): rank for rank, usage in enumerate(usages)}
+    orphans = [(ranks[pid], number) for pid, number in stage.get("orphans", []) if pid in ranks]
+    if orphans and orphans[0][1] == signal.SIGKILL and not (found or lines):  # the first; the rest are cleanup
+        lines.append(f"rank {orphans[0][0]} was killed by SIGKILL with its parent, the sandbox's guard of the rank, "
+                     f"which a process of the job killed (no limit)")
+    return lines
 
 
 def read_json(path):
