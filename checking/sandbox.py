@@ -8,10 +8,11 @@ python3 -m checking.driver ...`: this file, run by path on the standard library 
 
   job    (namespaces) new user, mount, network, IPC and PID namespaces. The grader's uid becomes root inside
          (root's becomes SANDBOX_ID, an unused uid, so that the process-count limit holds: the kernel does
-         not apply it to uid 0). A tmpfs becomes the root, holding read-only binds of the system (/usr, /etc,
-         /lib...), the interpreter and its packages, the checker package and the data file, and writable binds
-         of the submission's work folder and this job's log folder only; a fresh /proc, a private /tmp and
-         /dev/shm, a few device nodes. The network namespace has only a loopback, left down. Then every
+         not apply it to uid 0). The root becomes a tree of empty mount points the grader made (scratch/views/),
+         read-only, holding read-only binds of the system (/usr, /etc, /lib..., /sys), the interpreter and its
+         packages, the checker package and the data file, and writable binds of the submission's work folder
+         and this job's log folder only; a fresh /proc, a private /dev/shm, a few device nodes (HOME and
+         TMPDIR are the work folder). The network namespace has only a loopback, left down. Then every
          capability is dropped (nothing inside can undo a mount) and the limits are set; its process 1 reaps
          and, when mpiexec ends, takes every process of the job with it.
          (limits) the same limits, nothing else.
