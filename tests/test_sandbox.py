@@ -2,6 +2,7 @@
 the scratch folder, no connection leaves, no secret of the grader's environment gets in; without
 namespaces the limits still hold and the sheet says so."""
 import os
+import re
 import socket
 import sys
 import threading
@@ -122,3 +123,22 @@ def test_no_sandbox_is_said_on_the_sheet_and_in_the_json():
     code, record, stdout, _ = run_checker(CORRECT, "--only", "naive.agrees", "--processes", "2", "--no-sandbox")
     assert code == 0 and record["isolation"] == "none (--no-sandbox)"
     assert "Isolation: none (--no-sandbox)" in stdout and "isolation: none (--no-sandbox)" in record["settings"]
+
+
+@needs_namespaces
+def test_in_a_batch_the_correct_submissions_sheet_is_as_when_it_runs_alone(host):
+    """Every hostile fixture, then the correct one, in one run: the correct one's sheet is unchanged."""
+    tmp_path, listener = host
+    folders = [build(name, str(tmp_path), str(tmp_path / "outside" / "pwned.txt"),
+                     str(tmp_path / "sibling" / "secret.txt"), listener.port) for name in HOSTILE]
+    options = ("--only", "naive.agrees", "--processes", "2", "--timeout", "60", "--cpu-limit", "3")
+    alone, batch = tmp_path / "alone.md", tmp_path / "batch"
+    code, _, _, stderr = run_checker(CORRECT, *options, "--sheet", str(alone), timeout=300)
+    assert code == 0, stderr[-3000:]
+    code, records, _, stderr = run_checker(*folders, CORRECT, *options, "--sheet", str(batch), timeout=900)
+    assert records is not None and len(records) == len(HOSTILE) + 1, stderr[-3000:]
+
+    def without_time(text):
+        return re.sub(r" in \d+ s\.", "", text)
+    assert without_time((batch / "correct.md").read_text()) == without_time(alone.read_text())
+    assert records[-1]["verdict"] == "pass" and listener.connections == []
