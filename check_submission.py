@@ -5,10 +5,12 @@
     python3 check_submission.py subs/*.zip --skeleton DIR --summary grades.csv    many: one CSV row each
         [--quick | --full] [--processes 2,3,4] [--only ring,sync.replicas] [--timing]
         [--json PATH] [--sheet PATH] [--timeout SECONDS] [--keep] [--rubric FILE] [--gradescope PATH]
+        [--sandbox MODE | --no-sandbox]
     python3 check_submission.py subs/*.zip --skeleton DIR --sheet sheets/ --summary grades.csv [--jobs N | --slurm]
         many side by side, or as a Slurm array; rerun the same command to finish a batch that was stopped
 
-The submission is never touched: it runs in a scratch copy, every MPI job under a timeout, with a
+The submission is never touched: it runs in a scratch copy, every MPI job under a timeout, in a sandbox
+(no network, only its scratch folder writable, limits per rank: checking/sandbox.py), with a
 recording communicator that logs every MPI call. What each check means and why the assignment asks
 it: docs/checking.md. Points come from a rubric (checking/rubric.py). Exit status 0 when every required
 check passes, 1 when one fails, 2 when a submission cannot be checked at all (a one-line message says why).
@@ -26,6 +28,7 @@ from checking.cases import SETTINGS
 from checking.checks import CHECKS, Run, check_all
 from checking.jobs import Scratch, SubmissionError, write_data
 from checking.rubric import Rubric, RubricError
+from checking.sandbox import LIMITS, MODES, Sandbox
 from checking.sheet import markdown, record, write_summary
 
 __all__ = ["main"]
@@ -100,6 +103,14 @@ def parse(argv):
                         f"{default_jobs()})")
     parser.add_argument("--slurm", action="store_true", help="one Slurm array task per submission (sbatch "
                         "--array), merged here; with --jobs N at most N at once")
+    isolation = parser.add_mutually_exclusive_group()
+    isolation.add_argument("--sandbox", choices=("auto", "namespaces", "limits"), default="auto",
+                           help="auto (the default): namespaces and limits where the machine allows, else limits "
+                           "only; namespaces: fail where it does not; limits: the limits per rank only")
+    isolation.add_argument("--no-sandbox", dest="sandbox", action="store_const", const="none",
+                           help="for debugging: run the submission with your rights, network and no limits")
+    parser.add_argument("--cpu-limit", type=positive(int), metavar="SECONDS",
+                        help=f"CPU seconds per rank (default {LIMITS['cpu']}, scaled up with --epochs x --batches)")
     options = parser.parse_args(argv)
     if options.skeleton is not None and not os.path.isdir(options.skeleton):
         parser.error(f"--skeleton {options.skeleton}: no such folder")
@@ -113,6 +124,13 @@ def parse(argv):
     options.only_processes = options.processes
     options.processes = options.processes or (FULL_PROCESSES if options.full else QUICK_PROCESSES)
     options.limit = JOB_LIMIT
+    work = options.epochs * options.batches / (SETTINGS["epochs"] * SETTINGS["number_of_batches"])
+    options.isolation = options.sandbox  # as asked (auto, namespaces, limits, none), for the reproducing command
+    try:
+        options.sandbox = Sandbox.choose(options.isolation, {"cpu": options.cpu_limit or
+                                                           round(LIMITS["cpu"] * max(1.0, work))})
+    except RuntimeError as error:
+        parser.error(f"--sandbox namespaces: {error}")
     return options
 
 
@@ -129,6 +147,10 @@ def reproducer(source, options):
             common.append(f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
     if options.full:
         common.append("--full")
+    if options.cpu_limit:
+        common.append(f"--cpu-limit {options.cpu_limit}")
+    if options.isolation != "auto":
+        common.append("--no-sandbox" if options.isolation == "none" else f"--sandbox {options.isolation}")
 
     def reproduce(check_id, processes=None):
         processes = processes or options.only_processes
@@ -143,7 +165,7 @@ def settings_text(options):
     cores = sorted(os.sched_getaffinity(0))
     pinned = f", on core(s) {','.join(map(str, cores))} of {os.cpu_count()}" if len(cores) < os.cpu_count() else ""
     return (f"{mode}, P = {','.join(map(str, options.processes))}, {options.epochs} epochs of {options.batches} "
-            f"mini-batches, timeout {options.timeout:g} s{pinned}")
+            f"mini-batches, timeout {options.timeout:g} s{pinned}, isolation: {MODES[options.sandbox.mode]}")
 
 
 def check_one(source, options, data):
@@ -163,10 +185,12 @@ def check_one(source, options, data):
     score = options.rubric.score([(check.id, check.status) for check in checks])
     entry = record(scratch.name, source, checks, seconds, settings, run.outcomes)
     entry.update(score=score.points, max_score=score.maximum, rubric=options.rubric.source,
-                 cores=sorted(os.sched_getaffinity(0)))
+                 cores=sorted(os.sched_getaffinity(0)), isolation=MODES[options.sandbox.mode],
+                 sandbox=options.sandbox.description)
     for check, (_, earned, possible) in zip(entry["checks"], score.checks):
         check.update(points=earned, max_points=possible)
-    return entry, markdown(scratch.name, source, checks, seconds, settings, score)
+    return entry, markdown(scratch.name, source, checks, seconds, settings, score, options.sandbox.description,
+                           run.outcomes)
 
 
 def write_gradescope(path, entry, sheet, rubric):

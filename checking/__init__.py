@@ -4,6 +4,7 @@
     cases       the allreduce's test cases and the training settings the checks use
     driver      what runs under mpiexec, in a scratch copy of the submission (python -m checking.driver)
     jobs        the scratch copy, and MPI jobs run under timeouts that name where a hung rank waits
+    sandbox     the wall around every job: no network, a filesystem view of its own, limits per rank
     checks      the checks: which jobs they need and how each is judged
     allreduce   the rules of parts 1a and 1b and questions 12-13: naive and ring against MPI's Allreduce
     training    the rules of parts 1 and 2: the synchronous and asynchronous networks on MNIST

@@ -112,7 +112,7 @@ class Run:
     def job(self, name, task, processes, *arguments, record=True, scratch=None):
         """Run one driver job under the stall and time limits -> its Outcome (kept for the record)."""
         outcome = run_job(scratch or self.scratch, Job(name, task, processes, arguments), self.options.timeout,
-                          self.options.limit, record)
+                          self.options.limit, record, sandbox=self.options.sandbox)
         self.outcomes.append(outcome)
         return outcome
 

@@ -5,7 +5,9 @@ in it, over the course's skeleton) are copied into a scratch folder, where every
 `mpiexec -n P python3 -m checking.driver TASK ...` (driver.py) with its own log folder. It is watched
 while it runs: when none of its ranks has logged anything (an MPI call, a result, a line of output)
 for `stall` seconds (on the stall clock, stall.py) it is declared hung, where each rank waits is read
-off its log, and the whole job is killed. `limit` caps a job's time whatever it does.
+off its log, and the whole job is killed. `limit` caps a job's time whatever it does. Every job runs in a
+sandbox (sandbox.py): no network, a filesystem view of its own, limits per rank; `outcome.stopped` says
+which limit stopped which rank.
 """
 import collections
 import json
@@ -20,6 +22,7 @@ import zipfile
 
 import numpy as np
 
+from checking.sandbox import Sandbox, stops as sandbox_stops
 from checking.stall import StallClock
 
 __all__ = ["FIVE_FILES", "Scratch", "SubmissionError", "Job", "Outcome", "run_job",
@@ -114,22 +117,26 @@ def write_data(path):
 
 Job = collections.namedtuple("Job", "name task processes arguments")
 Outcome = collections.namedtuple("Outcome", "job status returncode seconds log_dir stdout stderr results calls "
-                                            "waits")
+                                            "waits stopped")
 
 
-def run_job(scratch, job, stall, limit, record=True):
+def run_job(scratch, job, stall, limit, record=True, sandbox=None):
     """Run `job` in `scratch` -> Outcome; status "ok", "error" (non-zero exit), "hung" or "timeout".
 
     waits: for a hung or timed-out job, one line per rank saying where it waits (describe_waits). A job
     that records nothing (record=False, timing) logs only its output: it is hung after UNRECORDED_STALL s.
+    sandbox: a sandbox.Sandbox (None: the best this machine allows, Sandbox.choose("auto")); stopped: the
+    lines that say which of its limits stopped which rank.
     """
     stall = stall if record else max(stall, UNRECORDED_STALL)
+    sandbox = sandbox or default_sandbox()
     from utils import mpiexec_command  # this project's launcher (the mpich wheel's beside this Python)
     log_dir = scratch.job_dir(job.name)
-    command = [mpiexec_command(), "-n", str(job.processes), sys.executable, "-m", "checking.driver", job.task,
-               "--log-dir", log_dir, *(() if record else ("--no-record",)), *map(str, job.arguments)]
-    environment = dict(os.environ, PYTHONPATH=scratch.checker, CHECK_DATA=scratch.data, OMP_NUM_THREADS="1",
-                       OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    rank = [sys.executable, "-m", "checking.driver", job.task, "--log-dir", log_dir,
+            *(() if record else ("--no-record",)), *map(str, job.arguments)]
+    command, environment = sandbox.wrap(mpiexec_command(), job.processes, rank, {
+        "PYTHONPATH": scratch.checker, "CHECK_DATA": scratch.data, "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}, scratch, log_dir)
     out, err = (open(os.path.join(log_dir, name), "w+") for name in ("stdout.txt", "stderr.txt"))
     start = time.monotonic()
     process = subprocess.Popen(command, cwd=scratch.work, env=environment, stdout=out, stderr=err,
@@ -148,8 +155,19 @@ def run_job(scratch, job, stall, limit, record=True):
     stdout, stderr = out.read(), err.read()
     out.close()
     err.close()
-    return Outcome(job, status, process.returncode, seconds, log_dir, stdout, stderr,
-                   read_results(log_dir, job.processes), calls, waits)
+    results = read_results(log_dir, job.processes)
+    return Outcome(job, status, process.returncode, seconds, log_dir, stdout, stderr, results, calls, waits,
+                   sandbox_stops(sandbox, log_dir, job.processes, results, scratch.work))
+
+
+_default = []
+
+
+def default_sandbox():
+    """The sandbox of a caller that names none: namespaces where they work, else limits only."""
+    if not _default:
+        _default.append(Sandbox.choose("auto"))
+    return _default[0]
 
 
 def watch(process, log_dir, start, stall, limit):

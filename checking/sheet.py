@@ -23,8 +23,9 @@ def cell(text):
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(name, source, checks, seconds, settings, score=None):
-    """The sheet for one submission; score (rubric.Score) goes in its first line."""
+def markdown(name, source, checks, seconds, settings, score=None, sandbox=None, outcomes=()):
+    """The sheet for one submission; score (rubric.Score) goes in its first line (sandbox: its line on the
+    isolation; outcomes: the jobs, for what it stopped)."""
     outcome, failed = verdict(checks)
     lines = [f"# hw3 check: {name}" + (f" ({score.text()})" if score is not None else ""), ""]
     headline = (f"**{outcome.upper()}**: every required check passed" if outcome == "pass" else
@@ -41,7 +42,20 @@ def markdown(name, source, checks, seconds, settings, score=None):
         lines += ["", f"Check it again alone: `{check.command}`"]
     for check in (c for c in checks if c.id in INFORMATION and c.status == "info" and c.details):
         lines += ["", f"### `{check.id}`: {check.title}", ""] + [f"- {detail}" for detail in check.details]
+    lines += sandbox_lines(sandbox, outcomes)
     return "\n".join(lines) + "\n"
+
+
+def sandbox_lines(sandbox, outcomes):
+    """The sheet's last section: how the jobs were walled off, and each limit that stopped a rank."""
+    if sandbox is None:
+        return []
+    lines = ["", "## Sandbox", "", f"Isolation: {sandbox}."]
+    stopped = [(o, line) for o in outcomes for line in getattr(o, "stopped", [])]
+    if stopped:
+        lines += ["", "Stopped by the sandbox:"] + [f"- job `{o.job.name}` ({o.job.processes} processes): {line}"
+                                                   for o, line in stopped]
+    return lines
 
 
 def record(name, source, checks, seconds, settings, outcomes):
@@ -53,7 +67,8 @@ def record(name, source, checks, seconds, settings, outcomes):
                         "summary": c.summary, "details": c.details, "command": c.command} for c in checks],
             "jobs": [{"name": o.job.name, "task": o.job.task, "processes": o.job.processes,
                       "arguments": list(map(str, o.job.arguments)), "status": o.status,
-                      "returncode": o.returncode, "seconds": round(o.seconds, 2), "waits": o.waits}
+                      "returncode": o.returncode, "seconds": round(o.seconds, 2), "waits": o.waits,
+                      "stopped": o.stopped}
                      for o in outcomes]}
 
 
