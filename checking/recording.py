@@ -29,8 +29,9 @@ request can be traced to the array it reads or writes.
 
 The recorder also keeps what MPI correctness tools (MUST, Intel Trace Analyzer's checker) keep: every
 non-blocking point-to-point request until the submission completes it (Wait, Test and their kin, or Free),
-and for a send a sampled digest of its buffer when it was posted. At completion the digest is taken again: a
-difference is a send buffer changed while its message was in flight. The recorder holds each request (and
+and for a send a sampled digest of its buffer when it was posted (the first DIGEST_FIRST sends of each line
+of the submission, then one in DIGEST_EVERY). At completion the digest is taken again: a difference is a
+send buffer changed while its message was in flight. The recorder holds each request (and
 so its buffer) until it completes, so a request the submission drops cannot let MPI read or write freed
 memory; a dropped one is completed by the recorder in the background (it is the recorder's alone then) and
 still counted as never completed. close_scope() hands the driver what to report when the function under
@@ -78,6 +79,7 @@ TESTS = ("Test", "test", "Testall", "testall", "Testany", "testany", "Testsome",
 TRACKED = ("Isend Irecv Issend Ibsend Irsend Isendrecv Isendrecv_replace isend irecv issend ibsend").split()
 SWEEP_EVERY = 64  # tracked requests between two looks for requests the submission has dropped
 DIGEST_SAMPLES = 1024  # 8-byte words a send buffer's digest reads: enough to see an in-place update
+DIGEST_FIRST, DIGEST_EVERY = 8, 16  # per line of the submission: the first sends are digested, then one in 16
 
 _recorder = None  # the process's Recorder, once install() has run
 
@@ -103,7 +105,7 @@ class Recorder:
         self.requests = {}  # call id -> Tracked: a request the submission has not completed yet
         self.dropped = []  # Tracked requests the submission let go of, completed by the recorder
         self.changed = []  # (Tracked, where it completed): send buffers that changed in flight
-        self.tracked = 0
+        self.tracked, self.sends = 0, {}  # tracked requests; sends made per line of the submission
         self.active, self.kept, self.stuck = [], [], []  # left to finish(); freed requests' buffers; unfinishable
         self.comms = []  # weak references to the recorded communicators (the driver drains each)
 
@@ -151,6 +153,13 @@ class Recorder:
             ident, _, polls = self.polling
             self.polling = None
             self.write({"e": ident, "t": round(time.monotonic(), 6), "polls": polls, "done": done})
+
+    def sampled(self, at):
+        """Whether this send, made at `at`, is digested: a bug in a loop shows in its first sends or in the
+        one in DIGEST_EVERY after, and a training run's 25,000 sends cost a few hundred digests."""
+        made = self.sends.get(at, 0)
+        self.sends[at] = made + 1
+        return made < DIGEST_FIRST or made % DIGEST_EVERY == 0
 
     def track(self, ident, name, request, buffer, digest, fields):
         """Hold a non-blocking call's request (and its buffer) until the submission completes it."""
@@ -365,9 +374,9 @@ def recorded(name, kind):
         if recorder is None:
             return method(self, *args, **kwargs)
         fields, buffer = describe(signature, args, kwargs)
-        sends = name in TRACKED and "addr" in fields and "send" in name.lower()
-        digest = sampled_digest(buffer_array(buffer)) if sends else None  # as posted: MPI may read it later
         ident = recorder.begin(name, kind, fields)
+        sends = name in TRACKED and "addr" in fields and "send" in name.lower() and recorder.sampled(fields["at"])
+        digest = sampled_digest(buffer_array(buffer)) if sends else None  # as posted: MPI may read it later
         try:
             result = method(self, *args, **kwargs)
         except BaseException as error:

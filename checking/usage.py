@@ -15,6 +15,8 @@ under test or `fit` returns (driver.close_scope, from what recording.py kept):
 
 These checks judge the jobs the other selected checks ran; asked for alone (`--only mpi`), every job runs.
 """
+from checking.recording import DIGEST_EVERY, DIGEST_FIRST
+
 __all__ = ["USAGE_CHECKS", "check_usage", "judge_usage"]
 
 USAGE_CHECKS = ("mpi.requests", "mpi.in_flight", "mpi.unreceived")
@@ -111,7 +113,8 @@ def line(check_id, key, entry):
                 f"when {returned(record)}")
     if check_id == "mpi.in_flight":
         subject = f"rank {rank}'s {record['into']}" if record.get("into") else f"the send buffer of rank {rank}'s"
-        return (f"{where}: a send buffer changed while its message was in flight, {times}; e.g. {subject} "
+        return (f"{where}: a send buffer changed while its message was in flight, {times} among the sends "
+                f"digested (the first {DIGEST_FIRST} of each line, then one in {DIGEST_EVERY}); e.g. {subject} "
                 f"{call_text(record)} at {record.get('at')} changed before the request completed at "
                 f"{record.get('completed_at')}")
     dropped = " (its request was dropped)" if record.get("dropped") else ""
