@@ -118,7 +118,7 @@ def test_only_a_deliberate_exception_with_a_message_is_a_refusal(error, line, on
 def outcome(results, calls=None, stdout="", status="error", processes=3, masters=2):
     job = Job("async-M2-P3", "async", processes, ("--masters", masters))
     calls = calls or [[] for _ in range(processes)]
-    return Outcome(job, status, 1, 1.0, "", stdout, "", results, calls, [])
+    return Outcome(job, status, 1, 1.0, "", stdout, "", results, calls, [], [])
 
 
 def test_a_refusal_is_an_error_raised_on_purpose_or_an_abort_after_a_message():
@@ -163,7 +163,7 @@ def test_usage_lines_name_the_call_its_place_and_how_often():
                [{"usage": "in_flight", "scope": "fit", "count": 2, "f": "Isend", "peer": 0, "tag": 22,
                  "at": "sync_network.py:50 reply", "completed_at": "sync_network.py:52 reply", "into": "weights[1]",
                  "dropped": False}]]
-    lines = judge_usage([Outcome(job, "ok", 0, 1.0, "", "", "", records, [[], []], [])])
+    lines = judge_usage([Outcome(job, "ok", 0, 1.0, "", "", "", records, [[], []], [], [])])
     assert lines["mpi.requests"] == [
         "ring module (sync_network.py), P = 2: a request never completed, 3,159 time(s) on rank(s) 0; e.g. rank 0's "
         "Isend to rank 1 (tag 21, 10 float64) at sync_network.py:40 step was never completed (its request was "
