@@ -42,6 +42,7 @@ class Attempts:
         self.results = collections.defaultdict(dict)  # case index -> rank -> result record
         self.calls = collections.defaultdict(lambda: collections.defaultdict(list))  # case -> rank -> calls
         self.failures, self.not_run = {}, {}  # case index -> Failure; case index -> why it was not run
+        self.ended_outside = False  # the job died outside any case (e.g. importing one of the functions)
 
     def add(self, outcome):
         """File one job's results and calls by case."""
@@ -133,6 +134,7 @@ def run_processes(run, processes, algorithms):
         if failure is None or failure.case in skip:  # it failed outside any case: nothing left to learn
             for case in cases:
                 if case.index not in attempts.results and case.index not in skip:
+                    attempts.ended_outside = True
                     attempts.not_run[case.index] = f"the job ended outside a case ({outcome.status}): " + (
                         last_error_line(outcome.stderr) or "; ".join(outcome.waits))
             return attempts
@@ -155,15 +157,20 @@ def check_allreduce(run):
             runnable.append(algorithm)
     if not runnable:
         return
-    by_processes, failed_in_a_row = {}, {a: [] for a in runnable}  # the P's in a row that passed nothing
+    by_processes, failed_in_a_row = [], {a: [] for a in runnable}  # (P, Attempts); the P's in a row that passed nothing
     for processes in run.options.processes:
         active = [a for a in runnable if len(failed_in_a_row[a]) < HOPELESS_IN_A_ROW]
         if not active:
             break
-        by_processes[processes] = attempts = run_processes(run, processes, active)
-        for a in active:
-            hopeless = not attempts.passed_any(a) and sum(
-                attempts.cases[c].algorithm == a for c in attempts.failures) >= MAX_FAILED_GROUPS
+        attempts = run_processes(run, processes, active)
+        if attempts.ended_outside and len(active) > 1:  # one function's crash outside a case must not sink the other
+            separate = {a: run_processes(run, processes, [a]) for a in active}
+        else:
+            separate = dict.fromkeys(active, attempts)
+        by_processes += [(processes, each) for each in {id(each): each for each in separate.values()}.values()]
+        for a, each in separate.items():
+            hopeless = not each.passed_any(a) and (each.ended_outside or sum(
+                each.cases[c].algorithm == a for c in each.failures) >= MAX_FAILED_GROUPS)
             failed_in_a_row[a] = failed_in_a_row[a] + [processes] if hopeless else []
     for algorithm in runnable:
         judge(run, algorithm, by_processes, failed_in_a_row[algorithm])
@@ -174,13 +181,13 @@ def judge(run, algorithm, by_processes, failed_in_a_row):
     name = NAMES[algorithm]
     wrong, damaged, collectives, blocking, volume_failures, volume_table = [], [], [], [], [], []
     counted = 0
-    for processes, attempts in by_processes.items():
+    for processes, attempts in by_processes:
         cases = [c for c in attempts.cases if c.algorithm == algorithm]
         counted += len(cases)
         judge_results(name, processes, cases, attempts, wrong, damaged)
         judge_rules(name, processes, cases, attempts, collectives, blocking)
         judge_volume(algorithm, processes, cases, attempts, volume_failures, volume_table)
-    ran = [p for p, attempts in by_processes.items() if any(c.algorithm == algorithm for c in attempts.cases)]
+    ran = [p for p, attempts in by_processes if any(c.algorithm == algorithm for c in attempts.cases)]
     tried = ", ".join(map(str, ran))
     later = [p for p in run.options.processes if p not in ran] if len(failed_in_a_row) >= HOPELESS_IN_A_ROW else []
     if later:
@@ -197,7 +204,7 @@ def judge(run, algorithm, by_processes, failed_in_a_row):
                    if not volume_failures else "not as predicted at P = "
                    + ", ".join(str(p) for _, _, p in volume_failures), ()),
     }
-    completed = sum(len(ranks) == processes for processes, attempts in by_processes.items()
+    completed = sum(len(ranks) == processes for processes, attempts in by_processes
                     for case, ranks in attempts.results.items() if attempts.cases[case].algorithm == algorithm)
     for part, (failures, summary, warnings) in verdicts.items():
         check = run.check(f"{algorithm}.{part}")

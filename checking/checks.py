@@ -155,18 +155,31 @@ def check_files(run):
     present.judge([f"{name} is missing" for name in missing],
                   f"{len(FIVE_FILES) - len(missing)} of 5 present" + (f"; missing: {', '.join(missing)}"
                                                                         if missing else ""))
-    compiled = [name for name in FIVE_FILES if name not in missing and compiles(run, name)]
-    if compiled:
-        outcome = run.job("imports", "imports", len(compiled), "--modules", ",".join(n[:-3] for n in compiled))
-        imported = {record["module"] for rank in outcome.results for record in rank if record.get("imported")}
-        for record in (record for rank in outcome.results for record in rank if "error" in record):
-            where = f"{record['at']}: " if record.get("at") else ""
-            run.broken[record["module"]] = f"does not import: {where}{record['error']}"
-        for name in compiled:
-            if name[:-3] not in imported and name[:-3] not in run.broken:
-                run.broken[name[:-3]] = f"did not finish importing ({outcome.status}): " + "; ".join(outcome.waits)
+    compiled = [name[:-3] for name in FIVE_FILES if name not in missing and compiles(run, name)]
+    if compiled and not import_modules(run, compiled) and len(compiled) > 1:
+        for module in (m for m in compiled if m not in run.broken):  # the job ended badly: each alone decides
+            import_modules(run, [module])
     failures = [f"{MODULE[m]} {why}" for m, why in run.broken.items() if why != "is missing"]
     run.check("files.import").judge(failures, "all import" if not failures else f"{len(failures)} do not import")
+
+
+def import_modules(run, modules):
+    """Import each of `modules` on a rank of its own -> whether the job ended well. An import error is filed in
+    run.broken with its file:line. A job that ends badly (a rank's import killed it, or hung) leaves every
+    other rank's outcome to chance, so only a module imported alone is then judged: it did not import."""
+    outcome = run.job("imports", "imports", len(modules), "--modules", ",".join(modules))
+    for record in (record for rank in outcome.results for record in rank if "error" in record):
+        where = f"{record['at']}: " if record.get("at") else ""
+        run.broken[record["module"]] = f"does not import: {where}{record['error']}"
+    if outcome.status != "ok" and len(modules) == 1 and modules[0] not in run.broken:
+        stops = "; ".join(getattr(outcome, "stopped", []) or outcome.waits) or last_words(outcome.stderr)
+        run.broken[modules[0]] = f"did not finish importing ({outcome.status})" + (f": {stops}" if stops else "")
+    return outcome.status == "ok"
+
+
+def last_words(text):
+    lines = [line.strip() for line in text.splitlines() if line.strip() and "====" not in line]
+    return lines[-1] if lines else ""
 
 
 def compiles(run, name):
