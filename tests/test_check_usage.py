@@ -186,3 +186,16 @@ def test_a_check_that_cannot_run_because_of_the_submission_fails(tmp_path):
     check = record["checks"][0]
     assert check["status"] == "fail" and check["summary"].startswith("not run: my_naive_allreduce.py does not import")
     assert "my_naive_allreduce.py:2" in check["summary"]
+
+
+def test_pickled_lower_case_requests_are_held_and_completed_alike(comm):
+    """A student's lower-case calls (pickled objects): kept in a list and waited, or dropped."""
+    recorder = recording._recorder
+    requests = [comm.isend({"layer": 1, "values": [0.5, 0.25]}, dest=0, tag=9), comm.irecv(source=0, tag=9)]
+    sent, received = [request.wait() for request in requests]
+    assert received == {"layer": 1, "values": [0.5, 0.25]}
+    assert recorder.close_scope() == ([], [])
+    comm.isend("stop", dest=0, tag=10)  # dropped
+    assert comm.irecv(source=0, tag=10).wait() == "stop"
+    pending, _ = recorder.close_scope()
+    assert [(p["f"], p["tag"], p["dropped"]) for p in pending] == [("isend", 10, True)]
