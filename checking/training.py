@@ -17,9 +17,7 @@ and 2 on 3. From the recorded calls and the driver's markers (a back_prop marker
 import statistics
 
 from checking.cases import SERIAL_SEEDS, SETTINGS, UNTRAINED_BELOW
-
-CHECK_IDS = ("sync.completes", "sync.replicas", "sync.accuracy", "sync.split", "sync.exchange", "async.completes",
-             "async.batches", "async.rules", "async.model", "async.ranks")
+from checking.checks import CHECKS
 
 __all__ = ["check_training", "steps", "training_window"]
 
@@ -37,9 +35,9 @@ def settings_arguments(run):
 def check_training(run):
     """Run the serial baseline, then the sync and async checks that were asked for."""
     serial = serial_baseline(run) if run.wants("sync.accuracy", "async.model") else (None, "not asked for")
-    if run.runs(*(i for i in CHECK_IDS if i.startswith("sync."))):
+    if run.runs(*(i for i in CHECKS if i.startswith("sync."))):
         check_sync(run, serial)
-    if run.runs(*(i for i in CHECK_IDS if i.startswith("async."))):
+    if run.runs(*(i for i in CHECKS if i.startswith("async."))):
         check_async(run, serial)
 
 
@@ -281,7 +279,7 @@ def check_async(run, serial):
     reason = run.missing("async_network")
     runs = [(m, p) for m, p in ASYNC_RUNS if run.options.only_processes is None or p in run.options.only_processes]
     if reason or not runs:
-        for check_id in (i for i in CHECK_IDS if i.startswith("async.") and i in run.checks):
+        for check_id in (i for i in run.checks if i.startswith("async.")):
             if reason and check_id != "async.ranks":
                 run.check(check_id).cannot(reason)
             else:
