@@ -12,6 +12,7 @@ import dataclasses
 import os
 import re
 
+from checking.allreduce import last_error_line
 from checking.jobs import FIVE_FILES, REPORT, Job, run_job
 from checking.usage import USAGE_CHECKS
 
@@ -172,14 +173,9 @@ def import_modules(run, modules):
         where = f"{record['at']}: " if record.get("at") else ""
         run.broken[record["module"]] = f"does not import: {where}{record['error']}"
     if outcome.status != "ok" and len(modules) == 1 and modules[0] not in run.broken:
-        stops = "; ".join(getattr(outcome, "stopped", []) or outcome.waits) or last_words(outcome.stderr)
+        stops = "; ".join(outcome.stopped or outcome.waits) or last_error_line(outcome.stderr)
         run.broken[modules[0]] = f"did not finish importing ({outcome.status})" + (f": {stops}" if stops else "")
     return outcome.status == "ok"
-
-
-def last_words(text):
-    lines = [line.strip() for line in text.splitlines() if line.strip() and "====" not in line]
-    return lines[-1] if lines else ""
 
 
 def compiles(run, name):
