@@ -65,3 +65,40 @@ def test_a_sleeping_job_is_not_held_back_by_a_busy_core(cpu):
     """A job that waits without spinning (a deadlock in a blocking call that sleeps) wants no core."""
     held, _ = held_while(pinned("import time; time.sleep(10)", cpu), cpu, hog=True)
     assert held < 0.15 * SECONDS, held
+
+
+STARTS = """import os, sys, time
+time.sleep(float(sys.argv[2]))  # starting: the interpreter, numpy, MPI and MNIST
+with open(os.path.join(sys.argv[1], "calls.0.jsonl"), "a") as f:
+    f.write("{}\\n")
+time.sleep(float(sys.argv[3]))  # then silent, as in a deadlock
+"""
+
+
+def watched(tmp_path, starting, silent, ranks, monkeypatch):
+    """jobs.watch over a one-rank job that takes `starting` s to log its first line, then `silent` s more,
+    with a 0.5 s no-progress timeout and a 3 s startup allowance."""
+    from checking import jobs
+    monkeypatch.setattr(jobs, "STARTUP_STALL", 3.0)
+    log_dir = tmp_path / f"{starting}-{silent}-{ranks}"
+    log_dir.mkdir()
+    job = subprocess.Popen([sys.executable, "-c", STARTS, str(log_dir), str(starting), str(silent)])
+    start = time.monotonic()
+    try:
+        return jobs.watch(job, str(log_dir), start, 0.5, 30, ranks), time.monotonic() - start
+    finally:
+        job.kill()
+        job.wait()
+
+
+def test_a_job_is_not_hung_while_it_starts(tmp_path, monkeypatch):
+    """Silent for 1.5 s before its first call: starting, not hung (a 0.5 s timeout alone would say hung)."""
+    assert watched(tmp_path, 1.5, 0, 1, monkeypatch)[0] == "ok"
+    assert watched(tmp_path, 1.5, 0, 0, monkeypatch)[0] == "hung"
+
+
+def test_a_started_job_is_held_to_its_timeout_and_a_start_to_the_allowance(tmp_path, monkeypatch):
+    status, seconds = watched(tmp_path, 0, 10, 1, monkeypatch)
+    assert status == "hung" and seconds < 2.5, seconds
+    status, seconds = watched(tmp_path, 10, 0, 1, monkeypatch)
+    assert status == "hung" and 3 <= seconds < 6, seconds
