@@ -77,9 +77,9 @@ time.sleep(float(sys.argv[3]))  # then silent, as in a deadlock
 
 def watched(tmp_path, starting, silent, ranks, monkeypatch):
     """jobs.watch over a one-rank job that takes `starting` s to log its first line, then `silent` s more,
-    with a 0.5 s no-progress timeout and a 3 s startup allowance."""
+    with a 0.5 s no-progress timeout and a 6 s startup allowance."""
     from checking import jobs
-    monkeypatch.setattr(jobs, "STARTUP_STALL", 3.0)
+    monkeypatch.setattr(jobs, "STARTUP_STALL", 6.0)
     log_dir = tmp_path / f"{starting}-{silent}-{ranks}"
     log_dir.mkdir()
     job = subprocess.Popen([sys.executable, "-c", STARTS, str(log_dir), str(starting), str(silent)])
@@ -98,7 +98,8 @@ def test_a_job_is_not_hung_while_it_starts(tmp_path, monkeypatch):
 
 
 def test_a_started_job_is_held_to_its_timeout_and_a_start_to_the_allowance(tmp_path, monkeypatch):
-    status, seconds = watched(tmp_path, 0, 10, 1, monkeypatch)
-    assert status == "hung" and seconds < 2.5, seconds
-    status, seconds = watched(tmp_path, 10, 0, 1, monkeypatch)
-    assert status == "hung" and 3 <= seconds < 6, seconds
+    """Bounds wide enough for a busy machine, whose load the stall clock takes off the time."""
+    status, seconds = watched(tmp_path, 0, 20, 1, monkeypatch)
+    assert status == "hung" and seconds < 4, seconds
+    status, seconds = watched(tmp_path, 20, 0, 1, monkeypatch)
+    assert status == "hung" and 6 <= seconds < 15, seconds
