@@ -319,6 +319,8 @@ def consoles(r, f):
     asked = [(f"async {m}m", p) for m, p in COURSE_ASYNC if (f"async {m}m", p) in default]
     for pair in strong + default:
         check_console(r.console(*pair), r.get(*pair))
+    for p in {x["processes"] for x in r.allreduce}:
+        check_timing_console(r.console("allreduce_test", p), [x for x in r.allreduce if x["processes"] == p])
     f.update(console_sync=quoted(strong), console_async=quoted(default),
              console_sync_asked=quoted(strong),  # the course's P and P = 2, the fastest that Q3 quotes
              sync_asked=[p for _, p in strong if p in COURSE_SYNC and r.console("sync ring strong", p)],
@@ -341,6 +343,22 @@ def check_console(text, entry):
         if match and match.group(1) != f"{entry[key]:.2f}":
             raise ConsoleMismatch(f"{entry['label']} P={entry['processes']}: its console prints {key} "
                                   f"{match.group(1)}, the report quotes {entry[key]:.2f}")
+
+
+TIMED = re.compile(r"^ *([\d,]+)(?: \(2\^\d+\))? +([\d.]+) +([\d.]+) ")  # elements, naive ms, ring ms
+
+
+def check_timing_console(text, rows):
+    """Raise ConsoleMismatch unless every size allreduce_test.py's console times has the naive and ring times of
+    the table's row of that size, in ms to 3 decimals as it prints them."""
+    lines = (text or "").splitlines()
+    by_size = {x["size"]: x for x in rows}
+    for match in filter(None, map(TIMED.match, lines[:lines.index("")] if "" in lines else lines)):
+        row = by_size.get(int(match.group(1).replace(",", "")))
+        for name, printed in zip(("naive", "ring"), match.groups()[1:]):
+            if row and f"{row[name + '_s'] * 1e3:.3f}" != printed:
+                raise ConsoleMismatch(f"allreduce_test P={row['processes']}: its console prints {name} {printed} ms "
+                                      f"at n = {match.group(1)}, the report quotes {row[name + '_s'] * 1e3:.3f}")
 
 
 def timing_rows(text):

@@ -45,7 +45,8 @@ class Results:
     def __init__(self, out):
         self.out = out
         self.runs = read_csv(os.path.join(out, "runs.csv"))
-        self.allreduce = representative_rows(read_csv(os.path.join(out, "allreduce.csv")), self.runs)
+        self.allreduce_runs = allreduce_test_runs(self.runs)
+        self.allreduce = representative_rows(read_csv(os.path.join(out, "allreduce.csv")), self.allreduce_runs)
         self.compute_rows = median_rows(read_csv(os.path.join(out, "compute.csv")), ("kind", "rows"))
         with open(os.path.join(out, "run_info.json")) as f:
             self.info = json.load(f)
@@ -77,7 +78,8 @@ class Results:
 
     def console(self, label, processes):
         """What the configuration's median run printed, its command line first; None if not kept."""
-        entry = self.configs.get((label, processes)) or {}
+        entry = (self.allreduce_runs.get(processes) if label == "allreduce_test"
+                 else self.configs.get((label, processes))) or {}
         path = os.path.join(self.out, "records", record_stem(label, processes, entry.get("repeat") or 0) + ".txt")
         if not os.path.exists(path):
             return None
@@ -130,12 +132,15 @@ def aggregate(runs):
     return configs
 
 
-def representative_rows(rows, runs):
-    """allreduce.csv's rows of the median run of allreduce_test.py at each process count (by its wall time), so
-    that the tables quote the run whose console output the report shows; where runs.csv has no successful run at
-    a process count, the median over its repeats."""
+def allreduce_test_runs(runs):
+    """processes -> runs.csv's median run of allreduce_test.py there (by its wall time), or None if none succeeded."""
     tests = group([r for r in runs if r["mode"] == "allreduce_test"], ("processes",))
-    chosen = {p: median_run(same) for (p,), same in tests.items()}
+    return {p: median_run(same) for (p,), same in tests.items()}
+
+
+def representative_rows(rows, chosen):
+    """allreduce.csv's rows of the `chosen` run of allreduce_test.py at each process count, so that the tables
+    quote the run whose console output the report shows; where there is none, the median over its repeats."""
     kept = [r for r in rows if chosen.get(r["processes"]) is None
             or (r.get("repeat") or 0) == (chosen[r["processes"]].get("repeat") or 0)]
     return median_rows(kept, ("processes", "size"))

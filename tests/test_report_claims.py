@@ -630,3 +630,38 @@ def test_q11_sets_the_fitted_crossover_against_the_measured_one(tmp_path, slow_r
     measured = "262,144" if slow_ring else "65,536"
     assert f"Measured, the ring was faster from no size at P = 2; {measured} elements on at P = 4." in pdf
     assert f"puts it at no size at P = 2, about 32,768 at P = 4: {words}" in pdf
+
+
+def timing_console(p, repeat, rows):
+    """allreduce_test.py's console of one run: its command, then its timing table as it prints it (ms)."""
+    lines = [f"$ mpiexec -n {p} python3 allreduce_test.py  # run {repeat}", "         elements   naive ms    ring ms"]
+    lines += [f"{x['size']:>17,}  {x['naive_s'] * 1e3:9.3f}  {x['ring_s'] * 1e3:9.3f}  yes" for x in rows]
+    return "\n".join(lines + ["", "elements sent per process"]) + "\n"
+
+
+@pytest.mark.parametrize("wall_times, median", [((7.0, 5.0, 6.0), 2), ((5.0, 6.0, 7.0), 1)])
+def test_the_allreduce_console_and_the_figures_quoted_of_it_are_one_runs(tmp_path, wall_times, median):
+    """allreduce_test.py ran 3 times at each P, run r's naive times (1 + r) times the α-β model's: the console shown
+    is the run of median wall time, and the takeaway's ring-over-naive speed-up is that run's, as its console reads
+    it; a console that disagrees with the figures quoted of it stops the report."""
+    out = tmp_path / "out"
+    fake_results(out, matrix() + [dict(label="allreduce_test", mode="allreduce_test", processes=p, repeat=r,
+                                       status="ok", time=t) for p in (2, 4) for r, t in enumerate(wall_times)],
+                 allreduce=False)
+    rows = [dict(x, repeat=r, naive_s=x["naive_s"] * (1 + r)) for r in range(3) for x in allreduce_rows()]
+    write_csv(str(out / "allreduce.csv"), rows)
+    (out / "records").mkdir()
+    for p in (2, 4):
+        for r in range(3):
+            text = timing_console(p, r, [x for x in rows if x["processes"] == p and x["repeat"] == r])
+            (out / "records" / f"{record_stem('allreduce_test', p, r)}.txt").write_text(text)
+    pdf = " ".join(render(Results(str(out)), pdf=True).split())
+    assert [f"# run {r}" in pdf for r in range(3)] == [r == median for r in range(3)]
+    best = max((x for x in rows if x["repeat"] == median), key=lambda x: x["naive_s"] / x["ring_s"])
+    assert f"naive one reached {best['naive_s'] / best['ring_s']:.2f}×" in pdf
+    record = out / "records" / f"{record_stem('allreduce_test', 4, median)}.txt"
+    first = next(x for x in rows if x["processes"] == 4 and x["repeat"] == median)
+    printed = f"{first['naive_s'] * 1e3:9.3f}"
+    record.write_text(record.read_text().replace(printed, f"{first['naive_s'] * 1e3 + 0.5:9.3f}", 1))
+    with pytest.raises(ConsoleMismatch, match="allreduce_test P=4: its console prints "):
+        figures(Results(str(out)))
