@@ -351,9 +351,8 @@ TIMED = re.compile(r"^ *([\d,]+)(?: \(2\^\d+\))? +([\d.]+) +([\d.]+) ")  # eleme
 def check_timing_console(text, rows):
     """Raise ConsoleMismatch unless every size allreduce_test.py's console times has the naive and ring times of
     the table's row of that size, in ms to 3 decimals as it prints them."""
-    lines = (text or "").splitlines()
     by_size = {x["size"]: x for x in rows}
-    for match in filter(None, map(TIMED.match, lines[:lines.index("")] if "" in lines else lines)):
+    for match in filter(None, map(TIMED.match, timing_table(text or ""))):
         row = by_size.get(int(match.group(1).replace(",", "")))
         for name, printed in zip(("naive", "ring"), match.groups()[1:]):
             if row and f"{row[name + '_s'] * 1e3:.3f}" != printed:
@@ -361,11 +360,15 @@ def check_timing_console(text, rows):
                                       f"at n = {match.group(1)}, the report quotes {row[name + '_s'] * 1e3:.3f}")
 
 
+def timing_table(text):
+    """allreduce_test.py's console up to its timing table's end (the first blank line), as lines."""
+    lines = text.splitlines()
+    return lines[:lines.index("")] if "" in lines else lines
+
+
 def timing_rows(text):
     """allreduce_test.py's console condensed: its command, and its timing table's header and course-size rows."""
-    lines = text.splitlines()
-    table = lines[:lines.index("")] if "" in lines else lines
-    return "\n".join(x for x in table if x.startswith("$") or " elements " in x or any(n in x for n in COURSE_SIZES))
+    return "\n".join(x for x in timing_table(text) if x.startswith("$") or " elements " in x or any(n in x for n in COURSE_SIZES))
 
 
 def split(r, f):
