@@ -368,7 +368,8 @@ def timing_table(text):
 
 def timing_rows(text):
     """allreduce_test.py's console condensed: its command, and its timing table's header and course-size rows."""
-    return "\n".join(x for x in timing_table(text) if x.startswith("$") or " elements " in x or any(n in x for n in COURSE_SIZES))
+    return "\n".join(x for x in timing_table(text)
+                     if x.startswith("$") or " elements " in x or any(n in x for n in COURSE_SIZES))
 
 
 def split(r, f):
