@@ -10,9 +10,9 @@
         many side by side, or as a Slurm array; rerun the same command to finish a batch that was stopped
 
 The submission is never touched: it runs in a scratch copy, every MPI job under a timeout, in a sandbox
-(no network, only its scratch folder writable, limits per rank: checking/sandbox.py), with a
+(no network, only its scratch folder writable, limits per rank: checking/running/sandbox.py), with a
 recording communicator that logs every MPI call. What each check means and why the assignment asks
-it: docs/checking.md. Points come from a rubric (checking/rubric.py). Exit status 0 when every required
+it: docs/checking.md. Points come from a rubric (checking/grading/rubric.py). Exit status 0 when every required
 check passes, 1 when one fails, 2 when a submission cannot be checked at all (a one-line message says why).
 """
 import argparse
@@ -22,14 +22,14 @@ import sys
 import tempfile
 import time
 
-from checking import gradescope
-from checking.batch import CORES_PER_SUBMISSION, default_jobs, error_record, run_batch, write_whole
-from checking.cases import SETTINGS
-from checking.checks import CHECKS, Run, check_all
-from checking.jobs import Scratch, SubmissionError, write_data
-from checking.rubric import Rubric, RubricError
-from checking.sandbox import LIMITS, MODES, Sandbox
-from checking.sheet import markdown, record, write_summary
+from checking.grading import gradescope
+from checking.grading.batch import CORES_PER_SUBMISSION, default_jobs, error_record, run_batch, write_whole
+from checking.running.cases import SETTINGS
+from checking.rules.checks import CHECKS, Run, check_all
+from checking.running.jobs import Scratch, SubmissionError, write_data
+from checking.grading.rubric import Rubric, RubricError
+from checking.running.sandbox import LIMITS, MODES, Sandbox
+from checking.grading.sheet import markdown, record, write_summary
 
 __all__ = ["main"]
 

@@ -7,7 +7,7 @@ comes with its evidence and the one command that checks it again alone.
 import csv
 import os
 
-from checking.checks import CHECKS, INFORMATION
+from checking.rules.checks import CHECKS, INFORMATION
 
 __all__ = ["verdict", "markdown", "record", "write_summary"]
 

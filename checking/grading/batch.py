@@ -25,12 +25,12 @@ import sys
 import tempfile
 import time
 
-from checking.stall import process_tree
+from checking.running.stall import process_tree
 
 __all__ = ["run_batch", "default_jobs", "core_slots", "shared_arguments", "error_record", "write_whole",
            "CORES_PER_SUBMISSION"]
 
-PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHECKER = os.path.join(PROJECT_DIR, "check_submission.py")
 CORES_PER_SUBMISSION = 2
 BATCH_FILE = ".batch.json"
@@ -214,8 +214,8 @@ def claim(folder, shared):
 
 def run_batch(options, argv):
     """Check options.submissions as a batch; write --json and --summary from every record -> exit status."""
-    from checking.sheet import write_summary
-    from checking.slurm_array import run_slurm
+    from checking.grading.sheet import write_summary
+    from checking.grading.slurm_array import run_slurm
     names = [submission_name(source) for source in options.submissions]
     twice = sorted({name for name in names if names.count(name) > 1})
     folder = options.sheet or tempfile.mkdtemp(prefix="hw3-batch-sheets-")

@@ -2,7 +2,7 @@
 
 A submission is never touched: its top-level files (and, for a zip, the five files wherever they lie
 in it, over the course's skeleton) are copied into a scratch folder, where every job runs. A job is
-`mpiexec -n P python3 -m checking.driver TASK ...` (driver.py) with its own log folder. It is watched
+`mpiexec -n P python3 -m checking.running.driver TASK ...` (driver.py) with its own log folder. It is watched
 while it runs: when none of its ranks has logged anything (an MPI call, a result, a line of output)
 for `stall` seconds (on the stall clock, stall.py) it is declared hung, where each rank waits is read
 off its log, and the whole job is killed. `limit` caps a job's time whatever it does. Every job runs in a
@@ -22,8 +22,8 @@ import zipfile
 
 import numpy as np
 
-from checking.sandbox import Sandbox, stops as sandbox_stops
-from checking.stall import StallClock
+from checking.running.sandbox import Sandbox, stops as sandbox_stops
+from checking.running.stall import StallClock
 
 __all__ = ["FIVE_FILES", "Scratch", "SubmissionError", "Job", "Outcome", "run_job",
            "read_jsonl", "open_calls", "describe_waits"]
@@ -33,7 +33,7 @@ FIVE_FILES = ("sync_network_collective.py", "sync_network.py", "async_network.py
 REPORT = "hw3.pdf"
 UNRECORDED_STALL = 60.0  # seconds without output before a job that records no calls is declared hung
 STARTUP_STALL = 30.0  # seconds a recorded job may start (interpreter, numpy, MPI, MNIST) before its first line
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the whole `checking` package
 
 
 class SubmissionError(Exception):
@@ -133,7 +133,7 @@ def run_job(scratch, job, stall, limit, record=True, sandbox=None):
     sandbox = sandbox or default_sandbox()
     from utils import mpiexec_command  # this project's launcher (the mpich wheel's beside this Python)
     log_dir = scratch.job_dir(job.name)
-    rank = [sys.executable, "-m", "checking.driver", job.task, "--log-dir", log_dir,
+    rank = [sys.executable, "-m", "checking.running.driver", job.task, "--log-dir", log_dir,
             *(() if record else ("--no-record",)), *map(str, job.arguments)]
     command, environment = sandbox.wrap(mpiexec_command(), job.processes, rank, {
         "PYTHONPATH": scratch.checker, "CHECK_DATA": scratch.data, "OMP_NUM_THREADS": "1",

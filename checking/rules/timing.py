@@ -9,11 +9,11 @@ exchange, and waits by the policy in waiting.py.
 import os
 import statistics
 
-from checking.jobs import Scratch
+from checking.running.jobs import Scratch
 
 __all__ = ["check_timing", "RUNS", "ROUNDS"]
 
-PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROUNDS = 3
 RUNS = (("serial", "serial", 1, ("--seeds", "1")),
         ("sync, 2 processes", "sync", 2, ("--module", "sync_network")),

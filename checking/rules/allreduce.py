@@ -18,9 +18,9 @@ Judged per function from the results and the recorded calls between each case's 
 """
 import collections
 
-from checking.cases import ALGORITHMS, OPS, allreduce_cases, size_class
-from checking.jobs import call_text
-from checking.recording import KINDS
+from checking.running.cases import ALGORITHMS, OPS, allreduce_cases, size_class
+from checking.running.jobs import call_text
+from checking.running.recording import KINDS
 
 __all__ = ["check_allreduce", "elements_sent"]
 

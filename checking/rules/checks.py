@@ -12,9 +12,9 @@ import dataclasses
 import os
 import re
 
-from checking.allreduce import last_error_line
-from checking.jobs import FIVE_FILES, REPORT, Job, run_job
-from checking.usage import USAGE_CHECKS
+from checking.rules.allreduce import last_error_line
+from checking.running.jobs import FIVE_FILES, REPORT, Job, run_job
+from checking.rules.usage import USAGE_CHECKS
 
 __all__ = ["Check", "CHECKS", "INFORMATION", "WARNING_ONLY", "Run", "check_all", "selected"]
 
@@ -131,7 +131,7 @@ class Run:
 
 def check_all(run):
     """Run every selected check on the submission -> the list of Checks, in the sheet's order."""
-    from checking import allreduce, timing, training, usage
+    from checking.rules import allreduce, timing, training, usage
     check_files(run)
     if run.wants("report"):
         check_report(run.check("report"), run.scratch)
