@@ -19,11 +19,13 @@ import sys
 import tempfile
 import time
 
-from checking.grading.batch import CORES_PER_SUBMISSION, BatchError, Child, read_record, write_whole
+from checking.grading.child import CORES_PER_SUBMISSION, BatchError, Child, read_record
+from checking.grading.options import parse
+from checking.grading.outputs import write_whole
+from checking.grading.sheet import error_record
+from checking.running.jobs import PROJECT_DIR
 
 __all__ = ["run_slurm", "task"]
-
-PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def submit(todo, folder, shared, jobs):
@@ -77,7 +79,6 @@ def run_slurm(todo, folder, shared, options, progress):
     except KeyboardInterrupt:
         subprocess.run(["scancel", job], check=False)
         raise
-    from checking.grading.batch import error_record
     for source, name in todo:  # a task that left no record: what its output's last line says
         if name not in records:
             outputs = [os.path.join(state, f) for f in os.listdir(state) if f.startswith(f"{job}_{names.index(name)}.")]
@@ -96,7 +97,6 @@ def tail(path):
 
 def task(tasks_path, index):
     """Array task `index`: check its submission into the batch folder -> exit status (0: a record was written)."""
-    from check_submission import parse
     with open(tasks_path) as f:
         spec = json.load(f)
     source, name = spec["tasks"][index]

@@ -1,22 +1,17 @@
-"""The checks: what each one runs, and how it is judged.
+"""The list of checks, a Check's verdict, and a Run: one submission's checking, which the rules fill in.
 
 A check has an id (`ring.volume`), a title, a status (pass, fail, warn: passes with a remark, skip: not
 run and why, info: not graded), a one-line summary, the details a student needs to act, and the command
-that reproduces it alone. check_all() runs the selected checks on one scratch copy: the files first,
-then the allreduce (allreduce.py), then the training runs (training.py), then the MPI usage errors those
-jobs showed (usage.py). A check that cannot run because of the submission (its module missing or not
+that reproduces it alone. A check that cannot run because of the submission (its module missing or not
 importing, no run finishing) fails, saying why: PASS means every check asked for ran and passed. Only a
 check the options leave out (timing without --timing, volume with P = 1 alone) is skipped.
 """
 import dataclasses
-import os
-import re
 
-from checking.rules.allreduce import last_error_line
-from checking.running.jobs import FIVE_FILES, REPORT, Job, run_job
 from checking.rules.usage import USAGE_CHECKS
+from checking.running.jobs import FIVE_FILES, Job, run_job
 
-__all__ = ["Check", "CHECKS", "INFORMATION", "WARNING_ONLY", "Run", "check_all", "selected"]
+__all__ = ["Check", "CHECKS", "INFORMATION", "WARNING_ONLY", "MODULE", "Run", "selected"]
 
 CHECKS = {  # id -> title, in the sheet's order
     "files.present": "The five files are in the submission",
@@ -127,109 +122,3 @@ class Run:
         """Why these modules cannot run (None if they can)."""
         reasons = [f"{MODULE.get(m, m + '.py')} {self.broken[m]}" for m in modules if m in self.broken]
         return "; ".join(reasons) or None
-
-
-def check_all(run):
-    """Run every selected check on the submission -> the list of Checks, in the sheet's order."""
-    from checking.rules import allreduce, timing, training, usage
-    check_files(run)
-    if run.wants("report"):
-        check_report(run.check("report"), run.scratch)
-    allreduce.check_allreduce(run)
-    training.check_training(run)
-    usage.check_usage(run)
-    if run.wants("timing") and run.options.timing:
-        timing.check_timing(run)
-    elif "timing" in run.checks:
-        run.checks["timing"].skip("not asked for (--timing)")
-    return list(run.checks.values())
-
-
-# ----------------------------------------------------------------------------- files
-
-def check_files(run):
-    """The five files are there and import; a broken one is named with file:line and skips its checks."""
-    present = run.check("files.present")
-    missing = [name for name in FIVE_FILES if name not in run.scratch.submitted]
-    for name in missing:
-        run.broken[name[:-3]] = "is missing"
-    present.judge([f"{name} is missing" for name in missing],
-                  f"{len(FIVE_FILES) - len(missing)} of 5 present" + (f"; missing: {', '.join(missing)}"
-                                                                        if missing else ""))
-    compiled = [name[:-3] for name in FIVE_FILES if name not in missing and compiles(run, name)]
-    if compiled and not import_modules(run, compiled) and len(compiled) > 1:
-        for module in (m for m in compiled if m not in run.broken):  # the job ended badly: each alone decides
-            import_modules(run, [module])
-    failures = [f"{MODULE[m]} {why}" for m, why in run.broken.items() if why != "is missing"]
-    run.check("files.import").judge(failures, "all import" if not failures else f"{len(failures)} do not import")
-
-
-def import_modules(run, modules):
-    """Import each of `modules` on a rank of its own -> whether the job ended well. An import error is filed in
-    run.broken with its file:line. A job that ends badly (a rank's import killed it, or hung) leaves every
-    other rank's outcome to chance, so only a module imported alone is then judged: it did not import."""
-    outcome = run.job("imports", "imports", len(modules), "--modules", ",".join(modules))
-    for record in (record for rank in outcome.results for record in rank if "error" in record):
-        where = f"{record['at']}: " if record.get("at") else ""
-        run.broken[record["module"]] = f"does not import: {where}{record['error']}"
-    if outcome.status != "ok" and len(modules) == 1 and modules[0] not in run.broken:
-        stops = "; ".join(outcome.stopped or outcome.waits) or last_error_line(outcome.stderr)
-        run.broken[modules[0]] = f"did not finish importing ({outcome.status})" + (f": {stops}" if stops else "")
-    return outcome.status == "ok"
-
-
-def compiles(run, name):
-    """Compile one file without running it; a syntax error marks its module broken with file:line."""
-    path = os.path.join(run.scratch.work, name)
-    try:
-        with open(path, "rb") as f:
-            compile(f.read(), name, "exec")
-        return True
-    except (SyntaxError, ValueError) as error:  # ValueError: a null byte in the source
-        line, message = getattr(error, "lineno", None), getattr(error, "msg", error)
-        run.broken[name[:-3]] = f"does not import: {name}:{line}: {type(error).__name__}: {message}"
-        return False
-
-
-# ----------------------------------------------------------------------------- the report
-
-HEADING = re.compile(r"^\s*(?:Q(?:uestion)?\s*)?(\d{1,2})\s*[.):]\s*\S", re.IGNORECASE | re.MULTILINE)
-QUESTIONS = range(1, 14)
-MOST_PAGES = 5
-
-
-def check_report(check, scratch):
-    """hw3.pdf, if submitted: at most 5 pages (pypdf), and headings numbered 1 to 13 in its text, in order."""
-    path = os.path.join(scratch.work, REPORT)
-    if REPORT not in scratch.submitted:
-        return check.cannot("no hw3.pdf in the submission")
-    try:
-        import pypdf
-        reader = pypdf.PdfReader(path)
-        pages = len(reader.pages)
-        text = "\n".join(page.extract_text() or "" for page in reader.pages)
-    except ImportError:
-        return check.skip("pypdf is not installed (make check, or pip install -r requirements-dev.txt)")
-    except Exception as error:  # a file that is no PDF is the student's finding, not the checker's crash
-        return check.judge([f"hw3.pdf cannot be read as a PDF: {type(error).__name__}: {error}"], "unreadable")
-    answered = questions_in_order(text)
-    failures = [f"hw3.pdf has {pages} pages, more than the course's {MOST_PAGES}"] if pages > MOST_PAGES else []
-    unanswered = [q for q in QUESTIONS if q not in answered]
-    if not text.strip():
-        failures.append("hw3.pdf has no text layer: its question numbers cannot be read")
-    elif unanswered:
-        failures.append("no numbered heading found for question(s) " + ", ".join(map(str, unanswered))
-                        + " (a line starting '7.', '7)', 'Q7' or 'Question 7', in order)")
-    return check.judge(failures, f"{pages} page(s); questions found: {len(answered)} of 13")
-
-
-def questions_in_order(text):
-    """The question numbers 1-13 found as headings, each after the one before it."""
-    found, position = [], 0
-    for question in QUESTIONS:
-        for match in HEADING.finditer(text, position):
-            if int(match.group(1)) == question:
-                found.append(question)
-                position = match.end()
-                break
-    return found
