@@ -18,9 +18,9 @@ import tempfile
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_DIR)
-from checking.cases import SERIAL_SEEDS  # noqa: E402
-from checking.jobs import Job, Scratch, run_job, write_data  # noqa: E402
-from checking.training import ASYNC_BELOW_SERIAL, SYNC_BELOW_SERIAL  # noqa: E402
+from checking.running.cases import SERIAL_SEEDS  # noqa: E402
+from checking.running.jobs import Job, Scratch, run_job, write_data  # noqa: E402
+from checking.rules.training import ASYNC_BELOW_SERIAL, SYNC_BELOW_SERIAL  # noqa: E402
 
 RUNS = (("sync ring, 2 processes", "sync", 2, ("--module", "sync_network"), SYNC_BELOW_SERIAL),
         ("sync ring, 4 processes", "sync", 4, ("--module", "sync_network"), SYNC_BELOW_SERIAL),

@@ -23,8 +23,8 @@ import time
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_DIR)
-from checking.cases import SERIAL_SEEDS  # noqa: E402
-from checking.jobs import Scratch, write_data  # noqa: E402
+from checking.running.cases import SERIAL_SEEDS  # noqa: E402
+from checking.running.jobs import Scratch, write_data  # noqa: E402
 from utils import mpiexec_command  # noqa: E402
 
 JOBS = ([("imports", 5, ("--modules", "sync_network_collective,sync_network,async_network,my_naive_allreduce,"
@@ -62,8 +62,8 @@ def rank_main(out_dir, argv):
         with open(os.path.join(out_dir, f"usage.{os.environ.get('PMI_RANK', '0')}.json"), "w") as f:
             json.dump(record, f)
     atexit.register(report)
-    sys.argv = ["checking.driver", *argv]
-    runpy.run_module("checking.driver", run_name="__main__", alter_sys=True)
+    sys.argv = ["checking.running.driver", *argv]
+    runpy.run_module("checking.running.driver", run_name="__main__", alter_sys=True)
 
 
 def run(scratch, task, processes, arguments):

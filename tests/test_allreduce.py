@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from checking.cases import allreduce_cases, allreduce_sizes
+from checking.running.cases import allreduce_cases, allreduce_sizes
 from conftest import run_checker, run_mpi
 from my_naive_allreduce import allreduce, check_buffers
 from my_ring_allreduce import ring_schedule, ringallreduce, segment_ends

@@ -18,7 +18,7 @@ from test_slurm import CANNOT_RUN, SCRIPT, START_TIMEOUT, STOP_TIMEOUT, clean_en
 sys.path.insert(0, os.path.join(PROJECT_DIR, "tests", "fixtures", "submissions"))
 from mutants import CORRECT, build  # noqa: E402
 
-from checking.batch import core_slots, default_jobs, shared_arguments  # noqa: E402
+from checking.grading.child import core_slots, default_jobs, shared_arguments  # noqa: E402
 
 QUICK = ["--only", "files,naive", "--processes", "2"]
 PROGRESS = re.compile(r"^(\S+): (pass|fail|error)(?: \(([^)]*)\))?, [\d.]+/[\d.]+ points, \d+ s "

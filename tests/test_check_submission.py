@@ -13,10 +13,11 @@ from conftest import PROJECT_DIR, run_checker, run_python
 sys.path.insert(0, os.path.join(PROJECT_DIR, "tests", "fixtures", "submissions"))
 from mutants import CORRECT, CORRECT_B, MUTANTS, SKELETON, build  # noqa: E402
 
-from checking.checks import CHECKS, Check, check_report, questions_in_order  # noqa: E402
-from checking.jobs import FIVE_FILES, describe_waits  # noqa: E402
-from checking.allreduce import elements_sent, predicted  # noqa: E402
-from checking.cases import allreduce_cases, case_input  # noqa: E402
+from checking.rules.checks import CHECKS, Check  # noqa: E402
+from checking.rules.report import check_report, questions_in_order  # noqa: E402
+from checking.running.jobs import FIVE_FILES, describe_waits  # noqa: E402
+from checking.rules.allreduce import elements_sent, predicted  # noqa: E402
+from checking.running.cases import allreduce_cases, case_input  # noqa: E402
 
 # The checks that read each file: a mutant of that file is run through these (and passes all but its own).
 # The MPI usage checks (mpi) judge whatever jobs the others run.

@@ -16,12 +16,12 @@ from mutants import CORRECT  # noqa: E402
 
 from mpi4py import MPI  # noqa: E402
 
-from checking import recording  # noqa: E402
-from checking.cases import rank_seed  # noqa: E402
-from checking.driver import array_named, deliberate  # noqa: E402
-from checking.jobs import Job, Outcome  # noqa: E402
-from checking.training import START_APART, parting, refused  # noqa: E402
-from checking.usage import judge_usage  # noqa: E402
+from checking.running import recording  # noqa: E402
+from checking.running.cases import rank_seed  # noqa: E402
+from checking.running.driver import array_named, deliberate  # noqa: E402
+from checking.running.jobs import Job, Outcome  # noqa: E402
+from checking.rules.training import START_APART, parting, refused  # noqa: E402
+from checking.rules.usage import judge_usage  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- the recorder's request table

@@ -14,9 +14,9 @@ from conftest import PROJECT_DIR, run_checker, run_python
 sys.path.insert(0, os.path.join(PROJECT_DIR, "tests", "fixtures", "submissions"))
 from mutants import CORRECT, MUTANTS, SKELETON, build  # noqa: E402
 
-from checking.checks import CHECKS, INFORMATION  # noqa: E402
-from checking.jobs import FIVE_FILES, REPORT  # noqa: E402
-from checking.rubric import DEFAULT, Rubric, RubricError  # noqa: E402
+from checking.rules.checks import CHECKS, INFORMATION  # noqa: E402
+from checking.running.jobs import FIVE_FILES, REPORT  # noqa: E402
+from checking.grading.rubric import DEFAULT, Rubric, RubricError  # noqa: E402
 
 # Gradescope's autograder specification, "Output format"
 # (https://gradescope-autograders.readthedocs.io/en/latest/specs/): every field it documents.

@@ -14,7 +14,7 @@ from conftest import PROJECT_DIR, run_checker
 sys.path.insert(0, os.path.join(PROJECT_DIR, "tests", "fixtures", "submissions"))
 from hostile import CORRECT, HOSTILE, build  # noqa: E402
 
-from checking.sandbox import Sandbox, namespaces_available  # noqa: E402
+from checking.running.sandbox import Sandbox, namespaces_available  # noqa: E402
 
 AVAILABLE, WHY = namespaces_available()
 needs_namespaces = pytest.mark.skipif(not AVAILABLE, reason=f"no unprivileged user namespaces here: {WHY}")

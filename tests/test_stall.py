@@ -1,4 +1,4 @@
-"""The stall clock (checking/stall.py): other work on a job's core holds it back; its own crowding and a
+"""The stall clock (checking/running/stall.py): other work on a job's core holds it back; its own crowding and a
 sleeping job are not. Each "job" here is a small process tree pinned to one core, with a CPU hog beside it."""
 import os
 import signal
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from checking.stall import StallClock, process_times, process_tree
+from checking.running.stall import StallClock, process_times, process_tree
 
 SPIN = "import time\nend = time.time() + {seconds}\nwhile time.time() < end: pass\n"
 SECONDS = 1.5
@@ -78,7 +78,7 @@ time.sleep(float(sys.argv[3]))  # then silent, as in a deadlock
 def watched(tmp_path, starting, silent, ranks, monkeypatch):
     """jobs.watch over a one-rank job that takes `starting` s to log its first line, then `silent` s more,
     with a 0.5 s no-progress timeout and a 6 s startup allowance."""
-    from checking import jobs
+    from checking.running import jobs
     monkeypatch.setattr(jobs, "STARTUP_STALL", 6.0)
     log_dir = tmp_path / f"{starting}-{silent}-{ranks}"
     log_dir.mkdir()

@@ -1,8 +1,8 @@
-"""The training window of each rank (checking/training.py): a collective that a rank leaves late, while
+"""The training window of each rank (checking/rules/training.py): a collective that a rank leaves late, while
 another rank has begun training, is not one made while training; one between a rank's own steps is."""
 import types
 
-from checking.training import Findings, judge_async_rules, rank_window
+from checking.rules.training import Findings, judge_async_rules, rank_window
 
 RUN = types.SimpleNamespace(options=types.SimpleNamespace(epochs=1))
 

@@ -5,11 +5,13 @@ first lines say the verdict, a table gives one line per check, and then every fa
 comes with its evidence and the one command that checks it again alone.
 """
 import csv
-import os
+import io
 
-from checking.checks import CHECKS, INFORMATION
+from checking.grading.outputs import write_whole
+from checking.rules.checks import CHECKS, INFORMATION
+from checking.running.jobs import submission_name
 
-__all__ = ["verdict", "markdown", "record", "write_summary"]
+__all__ = ["verdict", "markdown", "record", "error_record", "write_summary"]
 
 MARKS = {"pass": "pass", "fail": "**FAIL**", "warn": "warn", "skip": "skipped", "info": "info"}
 
@@ -72,15 +74,21 @@ def record(name, source, checks, seconds, settings, outcomes):
                      for o in outcomes]}
 
 
+def error_record(source, message, options):
+    """The record of a submission that could not be checked: no checks, no points."""
+    return {"submission": submission_name(source), "source": source, "verdict": "error", "failed": [message],
+            "seconds": 0.0, "checks": [], "jobs": [], "score": 0,
+            "max_score": options.rubric.maximum(options.only), "rubric": options.rubric.source}
+
+
 def write_summary(path, records):
     """One CSV row per submission: verdict, score, failed checks, time, then every check's status."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["submission", "verdict", "score", "max_score", "failed", "seconds"] + list(CHECKS))
-        for entry in records:
-            status = {c["id"]: c["status"] for c in entry["checks"]}
-            writer.writerow([entry["submission"], entry["verdict"], f"{entry.get('score', '')}",
-                             f"{entry.get('max_score', '')}", " ".join(entry["failed"]),
-                             f"{entry['seconds']:.0f}"] + [status.get(check_id, "") for check_id in CHECKS])
+    table = io.StringIO()
+    writer = csv.writer(table)
+    writer.writerow(["submission", "verdict", "score", "max_score", "failed", "seconds"] + list(CHECKS))
+    for entry in records:
+        status = {c["id"]: c["status"] for c in entry["checks"]}
+        writer.writerow([entry["submission"], entry["verdict"], f"{entry.get('score', '')}",
+                         f"{entry.get('max_score', '')}", " ".join(entry["failed"]),
+                         f"{entry['seconds']:.0f}"] + [status.get(check_id, "") for check_id in CHECKS])
+    write_whole(path, table.getvalue())

@@ -2,7 +2,7 @@
 
 A submission is never touched: its top-level files (and, for a zip, the five files wherever they lie
 in it, over the course's skeleton) are copied into a scratch folder, where every job runs. A job is
-`mpiexec -n P python3 -m checking.driver TASK ...` (driver.py) with its own log folder. It is watched
+`mpiexec -n P python3 -m checking.running.driver TASK ...` (driver.py) with its own log folder. It is watched
 while it runs: when none of its ranks has logged anything (an MPI call, a result, a line of output)
 for `stall` seconds (on the stall clock, stall.py) it is declared hung, where each rank waits is read
 off its log, and the whole job is killed. `limit` caps a job's time whatever it does. Every job runs in a
@@ -22,18 +22,19 @@ import zipfile
 
 import numpy as np
 
-from checking.sandbox import Sandbox, stops as sandbox_stops
-from checking.stall import StallClock
+from checking.running.sandbox import Sandbox, stops as sandbox_stops
+from checking.running.stall import StallClock
 
-__all__ = ["FIVE_FILES", "Scratch", "SubmissionError", "Job", "Outcome", "run_job",
-           "read_jsonl", "open_calls", "describe_waits"]
+__all__ = ["FIVE_FILES", "REPORT", "PROJECT_DIR", "Scratch", "SubmissionError", "submission_name", "write_data", "Job",
+           "Outcome", "run_job", "read_jsonl", "open_calls", "describe_waits", "call_text", "last_error_line"]
 
 FIVE_FILES = ("sync_network_collective.py", "sync_network.py", "async_network.py", "my_naive_allreduce.py",
               "my_ring_allreduce.py")
 REPORT = "hw3.pdf"
 UNRECORDED_STALL = 60.0  # seconds without output before a job that records no calls is declared hung
 STARTUP_STALL = 30.0  # seconds a recorded job may start (interpreter, numpy, MPI, MNIST) before its first line
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the whole `checking` package
+PROJECT_DIR = os.path.dirname(PACKAGE_DIR)
 
 
 class SubmissionError(Exception):
@@ -48,7 +49,7 @@ class Scratch:
     """
 
     def __init__(self, source, skeleton=None, data=None):
-        self.source, self.name = source, os.path.splitext(os.path.basename(os.path.normpath(source)))[0]
+        self.source, self.name = source, submission_name(source)
         self.root = tempfile.mkdtemp(prefix=f"hw3-check-{self.name}-")
         self.work = os.path.join(self.root, "work")
         self.checker = os.path.join(self.root, "checker")
@@ -98,6 +99,11 @@ class Scratch:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def submission_name(source):
+    """The name a submission goes by (its scratch copy, sheet and record): its file or folder name, less .zip."""
+    return os.path.splitext(os.path.basename(os.path.normpath(source)))[0]
+
+
 def copy_top_level(source, target):
     """Copy the regular files at the top of `source` (the modules, the report; links followed)."""
     for name in os.listdir(source):
@@ -108,7 +114,7 @@ def copy_top_level(source, target):
 
 def write_data(path):
     """The bundled MNIST as pixel bytes and label digits, for the driver ($CHECK_DATA)."""
-    sys.path.insert(0, os.path.dirname(PACKAGE_DIR))
+    sys.path.insert(0, PROJECT_DIR)
     from utils import load_mnist
     parts = dict(zip(("train", "validation", "test"), load_mnist()))
     np.savez(path, **{f"{part}_images": images for part, (images, _) in parts.items()},
@@ -133,7 +139,7 @@ def run_job(scratch, job, stall, limit, record=True, sandbox=None):
     sandbox = sandbox or default_sandbox()
     from utils import mpiexec_command  # this project's launcher (the mpich wheel's beside this Python)
     log_dir = scratch.job_dir(job.name)
-    rank = [sys.executable, "-m", "checking.driver", job.task, "--log-dir", log_dir,
+    rank = [sys.executable, "-m", "checking.running.driver", job.task, "--log-dir", log_dir,
             *(() if record else ("--no-record",)), *map(str, job.arguments)]
     command, environment = sandbox.wrap(mpiexec_command(), job.processes, rank, {
         "PYTHONPATH": scratch.checker, "CHECK_DATA": scratch.data, "OMP_NUM_THREADS": "1",
@@ -220,7 +226,17 @@ def read_results(log_dir, processes):
     return [read_jsonl(os.path.join(log_dir, f"results.{rank}.jsonl")) for rank in range(processes)]
 
 
-# ----------------------------------------------------------------------------- where ranks wait
+# ----------------------------------------------------------------------------- where ranks wait, and why they died
+
+def last_error_line(text):
+    """The line of MPI's or Python's message that says what went wrong."""
+    lines = [line for line in text.splitlines() if line.strip() and "====" not in line]
+    overlap = next((line.strip() for line in lines if "memory ranges overlap" in line), None)
+    if overlap:  # MPICH's words for a message sent and received through one buffer
+        return f"MPICH aborted: {overlap.split(',')[0]} (one buffer both sent and received)"
+    return next((line.strip() for line in reversed(lines) if "Error" in line or "error" in line), "")
+
+
 
 RETURNED = {"case_end": "has returned from the call under test", "fit_end": "has finished fit"}  # driver marks
 

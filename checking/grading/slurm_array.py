@@ -1,6 +1,6 @@
 """A batch as a Slurm array (check_submission.py --slurm): one array task per submission still to check.
 
-    sbatch --array=0-K[%N] --cpus-per-task=2 ... --wrap "python3 -m checking.slurm_array TASKS.json"
+    sbatch --array=0-K[%N] --cpus-per-task=2 ... --wrap "python3 -m checking.grading.slurm_array TASKS.json"
 
 TASKS.json (in the batch folder's .slurm/, with each task's output %A_%a.out) lists the submissions and
 the options they share; task i runs check_submission.py on the i-th, on the cores Slurm gave it, with
@@ -19,11 +19,13 @@ import sys
 import tempfile
 import time
 
-from checking.batch import CORES_PER_SUBMISSION, BatchError, Child, read_record, write_whole
+from checking.grading.child import CORES_PER_SUBMISSION, BatchError, Child, read_record
+from checking.grading.options import parse
+from checking.grading.outputs import write_whole
+from checking.grading.sheet import error_record
+from checking.running.jobs import PROJECT_DIR
 
 __all__ = ["run_slurm", "task"]
-
-PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def submit(todo, folder, shared, jobs):
@@ -36,8 +38,8 @@ def submit(todo, folder, shared, jobs):
     write_whole(tasks, json.dumps({"folder": os.path.abspath(folder), "shared": shared,
                                    "tasks": [list(pair) for pair in todo]}, indent=1) + "\n")
     array = f"0-{len(todo) - 1}" + (f"%{jobs}" if jobs else "")
-    script = (f"exec env PYTHONPATH={shlex.quote(PROJECT_DIR)} {shlex.quote(sys.executable)} -m checking.slurm_array "
-              f"{shlex.quote(tasks)}")
+    script = (f"exec env PYTHONPATH={shlex.quote(PROJECT_DIR)} {shlex.quote(sys.executable)} "
+              f"-m checking.grading.slurm_array {shlex.quote(tasks)}")
     command = [sbatch, "--parsable", f"--array={array}", "--job-name=hw3-check",
                f"--cpus-per-task={CORES_PER_SUBMISSION}", f"--output={state}/%A_%a.out", f"--chdir={os.getcwd()}",
                "--wrap", script]
@@ -77,7 +79,6 @@ def run_slurm(todo, folder, shared, options, progress):
     except KeyboardInterrupt:
         subprocess.run(["scancel", job], check=False)
         raise
-    from checking.batch import error_record
     for source, name in todo:  # a task that left no record: what its output's last line says
         if name not in records:
             outputs = [os.path.join(state, f) for f in os.listdir(state) if f.startswith(f"{job}_{names.index(name)}.")]
@@ -96,7 +97,6 @@ def tail(path):
 
 def task(tasks_path, index):
     """Array task `index`: check its submission into the batch folder -> exit status (0: a record was written)."""
-    from check_submission import parse
     with open(tasks_path) as f:
         spec = json.load(f)
     source, name = spec["tasks"][index]

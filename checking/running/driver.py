@@ -1,10 +1,10 @@
 """What runs under mpiexec, inside a scratch copy of the submission (the working directory).
 
-    mpiexec -n P python3 -m checking.driver allreduce --log-dir DIR [--algorithms naive,ring] [--skip 3,17]
-    mpiexec -n P python3 -m checking.driver sync --module sync_network --log-dir DIR
-    mpiexec -n P python3 -m checking.driver async --masters M --log-dir DIR
-    mpiexec -n 5 python3 -m checking.driver serial --log-dir DIR          (rank r trains with SERIAL_SEEDS[r])
-    mpiexec -n 3 python3 -m checking.driver imports --modules a,b,c --log-dir DIR (rank r imports one)
+    mpiexec -n P python3 -m checking.running.driver allreduce --log-dir DIR [--algorithms naive,ring] [--skip 3,17]
+    mpiexec -n P python3 -m checking.running.driver sync --module sync_network --log-dir DIR
+    mpiexec -n P python3 -m checking.running.driver async --masters M --log-dir DIR
+    mpiexec -n 5 python3 -m checking.running.driver serial --log-dir DIR          (rank r trains with SERIAL_SEEDS[r])
+    mpiexec -n 3 python3 -m checking.running.driver imports --modules a,b,c --log-dir DIR (rank r imports one)
 
 The working directory comes first on sys.path, so `import network` is the submission's (the course's
 skeleton with the student's five files); only the `checking` package comes from this project, through
@@ -31,8 +31,8 @@ import traceback
 import numpy as np
 from mpi4py import MPI
 
-from checking import recording
-from checking.cases import (ALGORITHMS, BAD_CALLS, CONTRACT_OPS, OPS, SETTINGS, case_input,
+from checking.running import recording
+from checking.running.cases import (ALGORITHMS, BAD_CALLS, CONTRACT_OPS, OPS, SETTINGS, case_input,
                             allreduce_cases, op_reference, rank_seed, tolerance)
 
 __all__ = ["main"]
@@ -395,7 +395,7 @@ TASKS = {"imports": imports, "allreduce": allreduce, "serial": serial, "sync": s
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python3 -m checking.driver")
+    parser = argparse.ArgumentParser(prog="python3 -m checking.running.driver")
     parser.add_argument("task", choices=TASKS)
     parser.add_argument("--log-dir", required=True)
     parser.add_argument("--no-record", action="store_true", help="time the run: no recording communicator")

@@ -6,7 +6,11 @@ The fields are those Gradescope's autograder specification documents
 `score`, `max_score`, `status` ("passed" or "failed"), `output` (the check's evidence and the command
 that runs it again alone) and `tags` (its part of the assignment in the rubric).
 """
-__all__ = ["results"]
+import json
+
+from checking.grading.outputs import write_whole
+
+__all__ = ["results", "write_results"]
 
 
 def evidence(check):
@@ -35,3 +39,10 @@ def results(record, headline, parts):
         tests.append(test)
     return {"score": record.get("score", 0), "execution_time": int(round(record["seconds"])),
             "output": headline, "tests": tests}
+
+
+def write_results(path, entry, sheet, rubric):
+    """Write results.json for one record; the sheet's lines above its table are the output for the whole."""
+    headline = sheet.split("\n| check |")[0] if sheet else f"Could not be checked: {'; '.join(entry['failed'])}"
+    parts = {check_id: item.part for check_id, item in rubric.items.items()}
+    write_whole(path, json.dumps(results(entry, headline, parts), indent=1) + "\n")

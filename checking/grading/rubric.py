@@ -19,7 +19,7 @@ a check the rubric does not name is worth 0, and the checker says so at start.
 """
 import dataclasses
 
-from checking.checks import CHECKS, INFORMATION, selected
+from checking.rules.checks import CHECKS, INFORMATION, selected
 
 __all__ = ["Rubric", "RubricError", "Score", "DEFAULT"]
 

@@ -15,7 +15,7 @@ under test or `fit` returns (driver.close_scope, from what recording.py kept):
 
 These checks judge the jobs the other selected checks ran; asked for alone (`--only mpi`), every job runs.
 """
-from checking.recording import DIGEST_EVERY, DIGEST_FIRST
+from checking.running.recording import DIGEST_EVERY, DIGEST_FIRST
 
 __all__ = ["USAGE_CHECKS", "check_usage", "judge_usage"]
 

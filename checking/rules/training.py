@@ -16,8 +16,8 @@ and 2 on 3. From the recorded calls and the driver's markers (a back_prop marker
 """
 import statistics
 
-from checking.cases import SERIAL_SEEDS, SETTINGS, UNTRAINED_BELOW
-from checking.checks import CHECKS
+from checking.running.cases import SERIAL_SEEDS, SETTINGS, UNTRAINED_BELOW
+from checking.rules.checks import CHECKS
 
 __all__ = ["check_training", "steps", "training_window"]
 

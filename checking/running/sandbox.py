@@ -4,7 +4,7 @@
     command, environment = sandbox.wrap(mpiexec, processes, rank_command, environment, scratch, log_dir)
 
 The job becomes `python3 -I -S sandbox.py job SPEC -- mpiexec -n P python3 -I -S sandbox.py rank LOG_DIR --
-python3 -m checking.driver ...`: this file, run by path on the standard library alone, is both stages.
+python3 -m checking.running.driver ...`: this file, run by path on the standard library alone, is both stages.
 
   job    (namespaces) new user, mount, network, IPC and PID namespaces. The grader's uid becomes root inside
          (root's becomes SANDBOX_ID, an unused uid, so that the process-count limit holds: the kernel does
@@ -171,7 +171,7 @@ def view(scratch, log_dir):
         if found is not None and found.origin:
             prefixes.add(os.path.dirname(os.path.dirname(os.path.realpath(found.origin))))
     prefixes |= {os.path.realpath(p) for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p}
-    package = os.path.dirname(HERE)
+    package = os.path.dirname(os.path.dirname(HERE))  # the whole `checking` package, read-only
     inside = (lambda path: any(path.startswith(folder + "/") for folder in readable))  # already in the view
     binds = [(p, p, False) for p in readable + sorted(prefixes) if os.path.isdir(p) and not inside(p)]
     binds += [(os.path.realpath(package), package, False), (scratch.checker, scratch.checker, False),

@@ -18,9 +18,9 @@ Judged per function from the results and the recorded calls between each case's 
 """
 import collections
 
-from checking.cases import ALGORITHMS, OPS, allreduce_cases, size_class
-from checking.jobs import call_text
-from checking.recording import KINDS
+from checking.running.cases import ALGORITHMS, OPS, allreduce_cases, size_class
+from checking.running.jobs import call_text, last_error_line
+from checking.running.recording import KINDS
 
 __all__ = ["check_allreduce", "elements_sent"]
 
@@ -96,15 +96,6 @@ class Attempts:
     def passed_any(self, algorithm):
         return any(self.cases[c].algorithm == algorithm and all(r.get("correct") for r in ranks.values())
                    for c, ranks in self.results.items())
-
-
-def last_error_line(text):
-    """The line of MPI's or Python's message that says what went wrong."""
-    lines = [line for line in text.splitlines() if line.strip() and "====" not in line]
-    overlap = next((line.strip() for line in lines if "memory ranges overlap" in line), None)
-    if overlap:  # MPICH's words for a message sent and received through one buffer
-        return f"MPICH aborted: {overlap.split(',')[0]} (one buffer both sent and received)"
-    return next((line.strip() for line in reversed(lines) if "Error" in line or "error" in line), "")
 
 
 def last_calls(calls):

@@ -6,14 +6,12 @@ own network.py), three rounds, so both see the same load; the medians' ratio is 
 No call is recorded in these runs. The reference is this project's: it sends one flat buffer per
 exchange, and waits by the policy in waiting.py.
 """
-import os
 import statistics
 
-from checking.jobs import Scratch
+from checking.running.jobs import PROJECT_DIR, Scratch
 
 __all__ = ["check_timing", "RUNS", "ROUNDS"]
 
-PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROUNDS = 3
 RUNS = (("serial", "serial", 1, ("--seeds", "1")),
         ("sync, 2 processes", "sync", 2, ("--module", "sync_network")),

@@ -1,0 +1,124 @@
+"""The list of checks, a Check's verdict, and a Run: one submission's checking, which the rules fill in.
+
+A check has an id (`ring.volume`), a title, a status (pass, fail, warn: passes with a remark, skip: not
+run and why, info: not graded), a one-line summary, the details a student needs to act, and the command
+that reproduces it alone. A check that cannot run because of the submission (its module missing or not
+importing, no run finishing) fails, saying why: PASS means every check asked for ran and passed. Only a
+check the options leave out (timing without --timing, volume with P = 1 alone) is skipped.
+"""
+import dataclasses
+
+from checking.rules.usage import USAGE_CHECKS
+from checking.running.jobs import FIVE_FILES, Job, run_job
+
+__all__ = ["Check", "CHECKS", "INFORMATION", "WARNING_ONLY", "MODULE", "Run", "selected"]
+
+CHECKS = {  # id -> title, in the sheet's order
+    "files.present": "The five files are in the submission",
+    "files.import": "Each of them imports in the course's skeleton",
+    "report": "hw3.pdf: at most 5 pages, answering questions 1-13",
+    "naive.agrees": "Naive allreduce: MPI's answer on every rank",
+    "naive.rules": "Naive allreduce: point-to-point calls only, non-blocking",
+    "naive.buffers": "Naive allreduce: send left unchanged, recv filled",
+    "naive.volume": "Naive allreduce: (P - 1)n elements sent per process (question 12)",
+    "ring.agrees": "Ring allreduce: MPI's answer on every rank",
+    "ring.rules": "Ring allreduce: point-to-point calls only, non-blocking",
+    "ring.buffers": "Ring allreduce: send left unchanged, recv filled",
+    "ring.volume": "Ring allreduce: 2(P - 1)n/P elements sent per process (question 13)",
+    "sync.completes": "Synchronous runs complete",
+    "sync.replicas": "Synchronous: every rank ends with the same model, bit for bit",
+    "sync.accuracy": "Synchronous: test accuracy within 1.5 points of the serial network's",
+    "sync.split": "Synchronous: the ranks share each mini-batch (rows per step add up to mini_batch_size)",
+    "sync.exchange": "Synchronous: MPI's collective in the collective module; ringallreduce and no collective "
+                     "in the ring module",
+    "async.completes": "Asynchronous runs complete",
+    "async.batches": "Asynchronous: the workers do number_of_batches mini-batches per epoch together",
+    "async.rules": "Asynchronous: only non-blocking point-to-point calls and waits during training",
+    "async.model": "Asynchronous: rank 0 ends with the trained model (within 3 points of serial)",
+    "async.ranks": "Asynchronous: every rank's test accuracy",
+    "mpi.requests": "MPI usage: every non-blocking request completed (Wait or Test) before the function returns",
+    "mpi.in_flight": "MPI usage: no send buffer changed while its message is in flight",
+    "mpi.unreceived": "MPI usage: no message left unreceived (a warning, never a failure)",
+    "timing": "Run times beside this reference's, same machine",
+}
+INFORMATION = ("async.ranks", "timing")  # listed, never graded
+WARNING_ONLY = ("mpi.unreceived",)  # graded, but what it finds is a warning, never a failure
+MODULE = {name[:-3]: name for name in FIVE_FILES}  # module -> file
+
+
+@dataclasses.dataclass
+class Check:
+    id: str
+    status: str = "skip"
+    summary: str = ""
+    details: list = dataclasses.field(default_factory=list)
+    command: str = ""
+
+    @property
+    def title(self):
+        return CHECKS[self.id]
+
+    @property
+    def required(self):
+        return self.id not in INFORMATION
+
+    def judge(self, failures, summary, warnings=(), details=()):
+        """Set the status from the failures (fail), else the warnings (warn), else pass."""
+        self.status = "fail" if failures else "warn" if warnings else "pass"
+        self.summary = summary
+        self.details = list(failures) + list(warnings) + list(details)
+        return self
+
+    def skip(self, reason):
+        """Not run because the options leave it out (not because of the submission)."""
+        self.status, self.summary = "skip", reason
+        return self
+
+    def cannot(self, reason):
+        """Not run because of the submission (a module missing or broken, no run finished): a failure."""
+        self.status, self.summary = "fail", f"not run: {reason}"
+        self.details = [f"this check could not run, so it fails: {reason}"]
+        return self
+
+
+def selected(check_id, only):
+    """Whether `check_id` is among `only` (ids or groups such as "ring", "sync"); None: all."""
+    return only is None or any(check_id == item or check_id.startswith(item + ".") for item in only)
+
+
+class Run:
+    """One submission's checking: its scratch copy, the options, every job's outcome, the checks."""
+
+    def __init__(self, scratch, options, reproduce):
+        self.scratch, self.options, self.reproduce = scratch, options, reproduce
+        self.checks = {check_id: Check(check_id) for check_id in CHECKS if selected(check_id, options.only)}
+        self.outcomes = []
+        self.broken = {}  # module -> why it cannot run (missing, or its import error)
+
+    def wants(self, *ids):
+        return any(check_id in self.checks for check_id in ids)
+
+    def runs(self, *ids):
+        """Whether the jobs of checks `ids` run: one of them is selected, or the MPI usage checks are and no
+        allreduce or training check is (they then judge every job)."""
+        usage_alone = self.wants(*USAGE_CHECKS) and not any(
+            check_id.split(".")[0] in ("naive", "ring", "sync", "async") for check_id in self.checks)
+        return self.wants(*ids) or usage_alone
+
+    def job(self, name, task, processes, *arguments, record=True, scratch=None):
+        """Run one driver job under the stall and time limits -> its Outcome (kept for the record)."""
+        outcome = run_job(scratch or self.scratch, Job(name, task, processes, arguments), self.options.timeout,
+                          self.options.limit, record, sandbox=self.options.sandbox)
+        self.outcomes.append(outcome)
+        return outcome
+
+    def check(self, check_id):
+        """The Check to fill in, or a throwaway one when it was not selected."""
+        check = self.checks.get(check_id, Check(check_id))
+        check.command = check.command or self.reproduce(check_id)
+        return check
+
+    def missing(self, *modules):
+        """Why these modules cannot run (None if they can)."""
+        reasons = [f"{MODULE.get(m, m + '.py')} {self.broken[m]}" for m in modules if m in self.broken]
+        return "; ".join(reasons) or None
