@@ -71,6 +71,21 @@ def test_a_send_buffer_changed_in_flight_is_caught_with_where_it_completed(comm)
     assert facts["f"] == "Isend" and facts["nb"] == reply.nbytes and where.startswith("test_check_usage.py:")
 
 
+def test_a_send_through_a_derived_datatype_is_digested_as_posted_and_as_completed(comm):
+    """[buffer, count, datatype] (an indexed shard of two separate layers, as the course's layer split sends)."""
+    recorder = recording._recorder
+    flat, inbox = np.arange(40.0), np.zeros(40)
+    shard = MPI.DOUBLE.Create_indexed([5, 10], [0, 20]).Commit()
+    try:
+        sending = comm.Isend([flat, 1, shard], dest=0, tag=7)
+        comm.Irecv([inbox, 1, shard], source=0, tag=7).Wait()
+        sending.Wait()
+    finally:
+        shard.Free()
+    assert recorder.close_scope() == ([], [])
+    assert inbox[20:30].tolist() == flat[20:30].tolist() and inbox[5:20].tolist() == [0.0] * 15
+
+
 def test_a_pending_receive_is_named_by_the_model_array_it_writes(comm):
     recorder = recording._recorder
     weights = [np.zeros(0), np.zeros((4, 3)), np.zeros((3, 2))]

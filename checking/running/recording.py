@@ -179,7 +179,7 @@ class Recorder:
                 if entry is None or entry.request is not request or request != MPI.REQUEST_NULL:
                     continue
                 del self.requests[entry.ident]
-            if entry.digest is not None and sampled_digest(entry.buffer) != entry.digest:
+            if entry.digest is not None and sampled_digest(buffer_array(entry.buffer)) != entry.digest:
                 with self.lock:
                     self.changed.append((entry.facts(), self.caller()))
             entry.release()
