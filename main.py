@@ -215,7 +215,7 @@ def add_async_arguments(parser):
                         help="departs from the course's algorithm: the set the report recommends, "
                              "--shard balanced --compensation 4 --max-staleness 3 --pipeline auto "
                              "(lr rule constant). The course's algorithm, plain asynchronous SGD, ended "
-                             "at 37 %% with 6 workers and 10 %% with 12; this set kept every measured run "
+                             "at 37 %% with 6 workers and 9.6 %% with 12; this set kept every measured run "
                              "with 2 to 12 workers above 91 %% (docs/async.md). Options given beside it win")
     course.add_argument("--shard", choices=["layers", "balanced"], default=argparse.SUPPRESS,
                         help="who owns which parameters. layers: the course's whole layers, round robin "
