@@ -84,7 +84,8 @@ def test_help_says_which_options_depart_and_why():
     assert result.returncode == 0, result.stderr
     text = " ".join(result.stdout.split())
     assert "--many-workers departs from the course's algorithm" in text
-    for option in ("--compensation L delay compensation (a departure,", "--max-staleness S staleness bound (a departure,",
+    for option in ("--compensation L delay compensation (a departure,",
+                   "--max-staleness S staleness bound (a departure,",
                    "balanced (a departure,", "1 (a departure,", "workers 1/W are departures"):
         assert option in text, option
     assert "(default layers)" in text and "(default: no bound, the course's)" in text
