@@ -1,11 +1,13 @@
 """Parameter-server throughput: updates per second vs number of workers for M = 1, 2, 4 masters.
 
     python3 bench/async_bench.py [--masters 1,2,4] [--workers 1,2,4,6,8,12] [--batches 632]
-                                 [--variants default,unbounded] [--csv bench/async.csv]
+                                 [--variants remedy,unbounded] [--csv bench/async.csv]
     python3 bench/async_bench.py --pipelines 0,1 [--configs 1x2,2x4,2x8,4x8] [--repeats 3]
 
 --pipelines: the worker waiting for its pull (0, the course's algorithm) against the pipelined
-worker (1). Each repeat r runs the whole default experiment (`main.py`, 5 epochs, seed r + 1) once
+worker (1), both with the remedies named (REMEDY_OPTIONS: balanced shards, delay compensation 4,
+staleness bound 3, which were main.py's defaults when it was measured). Each repeat r runs the whole
+default experiment (`main.py`, 5 epochs, seed r + 1) once
 serially and once per configuration M x P and depth, in that order, so the variants interleave;
 the table gives medians over the repeats of the time against serial's (ratio within each repeat),
 the worker's compute and wait per mini-batch, the master's service time (mean over the masters),
@@ -15,10 +17,12 @@ For every (variant, masters, workers) it launches `mpiexec -n M+W python3 bench/
 --child ...` with one BLAS thread per rank. The child trains the default network on MNIST for a
 short warm-up, then, between barriers, for one epoch of --batches updates (no validation), and
 rank 0 prints the updates per second and the staleness distribution of the timed epoch. Serial
-SGD steps per second, measured in this process, are the reference. Variants: "default"
-(delay compensation 4, max staleness 5), "unbounded" (compensation 4, no bound), "naive"
-(neither). More processes than cores measures time-sharing, not parallel speed: the table says
-how many cores there are.
+SGD steps per second, measured in this process, are the reference. Variants, each named in full
+(the class's defaults are the course's algorithm): "remedy" (balanced shards, delay compensation 4,
+max staleness 3, pipeline auto: main.py --many-workers; called "default" in bench/async.csv, when it
+was main.py's default), "unbounded" (the same without the bound), "naive" (balanced shards, neither
+remedy) and "course" (the course's algorithm: whole layers, neither remedy, no pipelining). More
+processes than cores measures time-sharing, not parallel speed: the table says how many cores there are.
 """
 import os
 
@@ -37,11 +41,15 @@ sys.path.insert(0, PROJECT_DIR)
 from network import NeuralNetwork  # noqa: E402
 from utils import load_mnist, mpiexec_command, write_csv  # noqa: E402
 
+REMEDY = {"shard": "balanced", "compensation": 4.0, "max_staleness": 3, "pipeline": "auto"}
 VARIANTS = {
-    "default": {},
-    "unbounded": {"max_staleness": None},
-    "naive": {"max_staleness": None, "compensation": 0.0},
+    "remedy": REMEDY,
+    "unbounded": dict(REMEDY, max_staleness=None),
+    "naive": dict(REMEDY, max_staleness=None, compensation=0.0),
+    "course": {"shard": "layers", "compensation": 0.0, "max_staleness": None, "pipeline": 0},
 }
+# --pipelines: main.py's options for the remedies; each run adds its own --pipeline.
+REMEDY_OPTIONS = ["--shard", "balanced", "--compensation", "4", "--max-staleness", "3"]
 WARM_UP_BATCHES = 40
 SETTINGS = dict(sizes=[784, 128, 64, 10], learning_rate=0.1, mini_batch_size=16, seed=1)
 
@@ -144,7 +152,8 @@ def pipelines(args):
         serial = run_main(["serial"], 1, seed)
         for masters, processes in configs:
             for depth in depths:
-                run = run_main(["async", str(masters), "--pipeline", str(depth)], processes, seed)
+                run = run_main(["async", str(masters), *REMEDY_OPTIONS, "--pipeline", str(depth)],
+                               processes, seed)
                 run.update(serial_time=serial["time"], serial_accuracy=serial["test_accuracy"])
                 runs[masters, processes, depth].append(run)
                 print(f"  seed {seed} M={masters} P={processes} pipeline {depth}: {run['time']:.2f} s "
@@ -171,14 +180,14 @@ def main():
     parser.add_argument("--masters", default="1,2,4", help="numbers of masters (default 1,2,4)")
     parser.add_argument("--workers", default="1,2,4,6,8,12", help="numbers of workers (default 1,2,4,6,8,12)")
     parser.add_argument("--batches", type=int, default=632, help="updates timed per run (default 632)")
-    parser.add_argument("--variants", default="default,unbounded", help=f"of {', '.join(VARIANTS)}")
+    parser.add_argument("--variants", default="remedy,unbounded", help=f"of {', '.join(VARIANTS)}")
     parser.add_argument("--csv", default=os.path.join(PROJECT_DIR, "bench", "async.csv"))
     parser.add_argument("--json", default=os.path.join(PROJECT_DIR, "bench", "async.json"))
     parser.add_argument("--pipelines", help="depths to compare on the whole experiment, e.g. 0,1")
     parser.add_argument("--configs", default="1x2,2x4,2x8,4x8", help="MxP pairs (with --pipelines)")
     parser.add_argument("--repeats", type=int, default=3, help="runs per variant (with --pipelines)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--variant", default="default", help=argparse.SUPPRESS)
+    parser.add_argument("--variant", default="remedy", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         args.masters = int(args.masters)

@@ -27,8 +27,11 @@ MODES = {  # name -> (processes, main.py arguments); None: no mpiexec
     "strong4": (4, ["sync"]),
     "weak2": (2, ["sync", "--scaling", "weak"]),
     "weak4": (4, ["sync", "--scaling", "weak"]),
-    "async4/2": (4, ["async", "2"]),
-    "async8/2": (8, ["async", "2"]),
+    # docs/dtype.md measured async with these, then main.py's defaults (now its --many-workers)
+    "async4/2": (4, ["async", "2", "--shard", "balanced", "--compensation", "4", "--max-staleness", "3",
+                     "--pipeline", "auto"]),
+    "async8/2": (8, ["async", "2", "--shard", "balanced", "--compensation", "4", "--max-staleness", "3",
+                     "--pipeline", "auto"]),
 }
 DTYPES = ("float32", "float64")
 DIVERGED = 20.0  # test accuracy (%) below which a run counts as diverged

@@ -53,9 +53,9 @@ def receive_copy():
 
 
 def async_run(seed, compensation, record):
-    """One `main.py async 1 --pipeline 1` on 2 processes -> its --json statistics and time."""
-    command = on_two("main.py", "async", "1", "--pipeline", "1", "--seed", str(seed),
-                     "--compensation", str(compensation), "--json", record)
+    """One `main.py async 1 --pipeline 1` on 2 processes (the remedies named) -> its --json statistics and time."""
+    command = on_two("main.py", "async", "1", "--pipeline", "1", "--shard", "balanced", "--max-staleness", "3",
+                     "--seed", str(seed), "--compensation", str(compensation), "--json", record)
     subprocess.run(command, capture_output=True, check=True, timeout=300, cwd=PROJECT)
     with open(record) as f:
         run = json.load(f)
