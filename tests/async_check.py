@@ -2,8 +2,9 @@
 
     mpiexec -n P python3 tests/async_check.py
 
-Trains small networks on synthetic data with every number of masters 1 <= M <= min(3, P - 1), with
-even, uneven and too-few mini-batches per epoch and with bounded staleness, and prints on rank 0 one
+Trains small networks on synthetic data with every number of masters 1 <= M <= min(3, P - 1): the
+course's algorithm (the defaults), and the remedies named (REMEDY) with even, uneven and too-few
+mini-batches per epoch and with bounded staleness, and prints on rank 0 one
 JSON object: per run the update counts, whether rank 0's final model is the masters' shards
 assembled, and, for one worker (a sub-communicator of M + 1 ranks), the largest difference from
 the serial network trained on the same seed.
@@ -24,6 +25,9 @@ from network import NeuralNetwork  # noqa: E402
 
 SIZES = [20, 12, 8, 10]
 EPOCHS = 2
+# The earlier defaults (main.py --many-workers without its pipeline, which each run names): balanced
+# shards, delay compensation, a staleness bound. Unnamed, a run gets the course's algorithm.
+REMEDY = {"shard": "balanced", "compensation": 4.0, "max_staleness": 3}
 
 
 def settings(batches, **extra):
@@ -60,7 +64,8 @@ def run(comm, masters, batches, data, **extra):
     if not network.is_root:
         return None
     stats = network.statistics()
-    result = {"masters": masters, "batches": batches, **extra,
+    result = {"masters": masters, "batches": batches, **extra, "max_staleness": network.max_staleness,
+              "pipeline": network.pipeline,
               "updates_per_master": stats["updates_per_master"],
               "batches_per_worker": stats["batches_per_worker"],
               "staleness_max_per_master": stats["staleness_max_per_master"],
@@ -79,19 +84,19 @@ def main():
         workers = world.size - masters
         for pipeline in (0, 1):
             for batches in sorted({7, workers - 1, 0}):  # uneven; fewer batches than workers; none
-                results.append(run(world, masters, batches, data, pipeline=pipeline))
-            results.append(run(world, masters, 9, data, max_staleness=1, lr_rule="staleness",
-                               pipeline=pipeline))
-            results.append(run(world, masters, 9, data, max_staleness=None, compensation=0.0,
-                               pipeline=pipeline))
-        results.append(run(world, masters, 9, data, max_staleness=0, pipeline=0))
+                results.append(run(world, masters, batches, data, pipeline=pipeline, **REMEDY))
+            results.append(run(world, masters, 9, data, **dict(REMEDY, max_staleness=1),
+                               lr_rule="staleness", pipeline=pipeline))
+        results.append(run(world, masters, 9, data))  # the defaults: the course's algorithm
+        results.append(run(world, masters, 9, data, pipeline=1))
+        results.append(run(world, masters, 9, data, max_staleness=0))  # the course's split, serial SGD
     for masters in (1, 2):  # one worker: must be the serial network, whatever the options
         group = world.Split(0 if world.rank <= masters else MPI.UNDEFINED, world.rank)
         if group != MPI.COMM_NULL:
-            for options in ({"pipeline": 0}, {"max_staleness": None, "lr_rule": "workers", "pipeline": 0},
-                            {"max_staleness": 0, "compensation": 0.0, "lr_rule": "staleness",
-                             "pipeline": 0},
-                            {"pipeline": 1}):  # one update stale: not serial, counted below
+            for options in ({},  # the course's algorithm; then each remedy on, the others off
+                            {"compensation": 4.0, "lr_rule": "workers", "pipeline": 0, "shard": "balanced"},
+                            {"max_staleness": 0, "lr_rule": "staleness", "pipeline": 0},
+                            {**REMEDY, "pipeline": 1}):  # one update stale: not serial, counted below
                 results.append(run(group, masters, 7, data, **options))
             group.Free()
     if world.rank == 0:

@@ -19,7 +19,8 @@ def expected_batches_per_worker(batches, workers):
 
 @pytest.mark.parametrize("processes", [3, 4, 5, 6])
 def test_every_split_ends_with_the_expected_updates(processes):
-    """M = 1..3; uneven splits, idle workers, no batches, each remedy on and off; one worker = serial."""
+    """M = 1..3; the course's algorithm; uneven splits, idle workers, no batches, each remedy on and off;
+    one worker = serial."""
     result = run_mpi(processes, "tests/async_check.py")
     assert result.returncode == 0, result.stderr
     runs = json.loads(result.stdout)
@@ -31,7 +32,7 @@ def test_every_split_ends_with_the_expected_updates(processes):
         assert run["batches_per_worker"] == expected_batches_per_worker(batches, workers), name
         assert run["root_holds_assembled_model"], name
         assert run["epochs_reported"] == EPOCHS, name
-        bound = run.get("max_staleness", 3)  # 3: the default
+        bound = run["max_staleness"]  # None: unbounded, the course's algorithm (the default)
         if bound is not None:  # strict on master 0, which grants the pulls; with 0 on every master
             assert run["staleness_max_per_master"][0] <= bound, name
             assert bound > 0 or max(run["staleness_max_per_master"]) == 0, name
@@ -50,6 +51,7 @@ def data(tmp_path_factory):
 
 
 def test_main_async_prints_once_from_rank_zero(tmp_path, data):
+    """With no options: the course's algorithm, whole layers, full steps, no bound, no pipelining."""
     record = tmp_path / "run.json"
     result = run_mpi(4, "main.py", "async", "2", "--epochs", "2", "--batches", "10", "--layers",
                      "784,16,10", "--seed", "3", "--data-dir", data, "--json", record)
@@ -59,11 +61,30 @@ def test_main_async_prints_once_from_rank_zero(tmp_path, data):
     assert re.fullmatch(r"Time async: \d+\.\d\d", lines[2])
     stats = json.loads(record.read_text())["statistics"]
     assert stats["updates_per_master"] == [20, 20] and stats["batches_per_worker"] == [10, 10]
+    assert (stats["shard"], stats["compensation"], stats["max_staleness"], stats["lr_rule"],
+            stats["pipeline"]) == ("layers", 0.0, None, "constant", 0)
+    assert sum(stats["staleness_histogram"]) == 40
+    assert stats["shard_bounds"] is None and stats["shard_layers"] == [[2], [1]]
+    assert stats["shard_sizes"] == [16 * 10 + 10, 784 * 16 + 16]
+    assert stats["master_messages_per_update"] == [2, 2]  # a gradient in, the layer out: no grants
+
+
+def test_main_async_many_workers_records_the_recommended_set(tmp_path, data):
+    record = tmp_path / "run.json"
+    result = run_mpi(4, "main.py", "async", "2", "--many-workers", "--epochs", "2", "--batches", "10",
+                     "--layers", "784,16,10", "--seed", "3", "--data-dir", data, "--json", record)
+    assert result.returncode == 0, result.stderr
+    run = json.loads(record.read_text())
+    stats = run["statistics"]
     assert (stats["compensation"], stats["max_staleness"], stats["lr_rule"]) == (4.0, 3, "constant")
     # --pipeline auto: pipelined only when each of the 4 ranks has a core of its own
     assert stats["pipeline"] == int(len(os.sched_getaffinity(0)) >= 4)
-    assert sum(stats["staleness_histogram"]) == 40
     assert stats["shard_bounds"] == [0, 6365, 12730]  # 784*16+16+16*10+10 = 12730 halved
+    assert stats["updates_per_master"] == [20, 20] and sum(stats["staleness_histogram"]) == 40
+    departures = {"shard": "balanced", "compensation": 4.0, "max_staleness": 3}
+    if stats["pipeline"]:
+        departures["pipeline"] = 1
+    assert run["departures"] == departures and run["course_algorithm"] is False
 
 
 def test_checkpoint_and_resume(tmp_path, data):
@@ -94,7 +115,7 @@ def test_layers_sharding_trains_even_with_a_master_owning_nothing(processes, mas
     result = run_mpi(processes, "tests/shard_check.py", masters)
     assert result.returncode == 0, result.stderr
     runs = json.loads(result.stdout)
-    assert len(runs) == 5  # the defaults, pipeline 1 and 0; plain async SGD; one worker twice
+    assert len(runs) == 5  # the remedies, pipeline 0 and 1; the course's algorithm; one worker twice
     for run in runs:
         name = json.dumps({k: v for k, v in run.items() if k != "statistics"})
         stats = run["statistics"]
@@ -111,7 +132,7 @@ def test_layers_sharding_trains_even_with_a_master_owning_nothing(processes, mas
         assert sum(stats["batches_per_worker"]) == updates, name
         assert run["root_holds_assembled_model"] and run["every_rank_holds_the_model"], name
         assert run["epochs_reported"] == EPOCHS_SHARD, name
-        if run.get("max_staleness", 3) is not None:
+        if run["max_staleness"] is not None:
             assert stats["staleness_max_per_master"][owners[0]] <= 3, name  # the leader's bound
         if len(stats["batches_per_worker"]) == 1 and run.get("pipeline") == 0:
             assert run["difference_from_serial"] == 0.0, name
@@ -130,6 +151,7 @@ def test_main_async_layers_json_says_who_owns_what(tmp_path, data):
     record = tmp_path / "run.json"
     result = run_mpi(5, "main.py", "async", "2", "--shard", "layers", "--epochs", "2", "--batches",
                      "10", "--layers", "784,16,8,10", "--seed", "3", "--data-dir", data,
+                     "--max-staleness", "3",  # the bound's grants: counted below
                      "--json", record, "--pipeline", "0")  # one reply per update: exact counts
     assert result.returncode == 0, result.stderr
     stats = json.loads(record.read_text())["statistics"]
@@ -147,11 +169,11 @@ def test_main_async_layers_json_says_who_owns_what(tmp_path, data):
     assert stats["updates_per_second"] == pytest.approx(20 / stats["train_time"])  # 10 x 2 epochs
 
 
-def test_main_async_balanced_is_the_default_and_records_its_shards(tmp_path, data):
+def test_main_async_balanced_records_its_shards(tmp_path, data):
     record = tmp_path / "run.json"
-    result = run_mpi(4, "main.py", "async", "2", "--epochs", "1", "--batches", "6", "--layers",
-                     "784,16,10", "--seed", "3", "--data-dir", data, "--unbounded", "--json", record,
-                     "--pipeline", "1")
+    result = run_mpi(4, "main.py", "async", "2", "--shard", "balanced", "--epochs", "1", "--batches", "6",
+                     "--layers", "784,16,10", "--seed", "3", "--data-dir", data, "--compensation", "4",
+                     "--json", record, "--pipeline", "1")
     assert result.returncode == 0, result.stderr
     stats = json.loads(record.read_text())["statistics"]
     assert stats["shard"] == "balanced" and stats["shard_sizes"] == [6365, 6365]
