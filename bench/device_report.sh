@@ -11,10 +11,12 @@
 # The device tool's call: run(command="bash bench/device_report.sh", carry=["bench/wheels"], timeout_s=560).
 #
 # A run there must end within 9 minutes: report.py's own --timeout per run, and LIMIT seconds for it all.
-# Tried on 2 cores as: bash bench/device_report.sh /tmp/dev2 --quick --processes 2 --async-runs 1x2 ...
+# Tried on 2 cores at P <= 2 (the project's .venv as VENV: this machine's python3 has no numpy):
+#   VENV=.venv LIMIT=300 bash bench/device_report.sh /tmp/dev2 --quick --processes 2 --async-runs 1x2 \
+#       --allreduce-processes 2 --split-masters 1 --split-workers 1 --skip-traces
 set -u
 cd "$(dirname "$0")/.."
-WHEELS=bench/wheels
+WHEELS=${WHEELS:-bench/wheels}
 PYTHON_VERSION=${PYTHON_VERSION:-3.12}  # the lent image's python3 (3.12.3 as sessions saw it)
 
 # The lent image has numpy, matplotlib and Jinja2 (README of the device): the venv sees them (system site packages);

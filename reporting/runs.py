@@ -281,5 +281,6 @@ def machine_info():
     from mpi4py import MPI
     with open("/proc/cpuinfo") if os.path.exists("/proc/cpuinfo") else open(os.devnull) as f:
         cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), platform.machine())
-    return {"cores": os.cpu_count(), "cpu": cpu, "python": platform.python_version(), "numpy": numpy.__version__,
+    return {"host": platform.node(), "cores": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),
+            "numpy": numpy.__version__,
             "mpi4py": mpi4py.__version__, "mpi_library": " ".join(MPI.Get_library_version().splitlines()[0].split())}
