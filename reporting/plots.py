@@ -160,7 +160,7 @@ def plot_allreduce(results, path):
             if name in fits:
                 ax.plot(sizes, [1e3 * exchange_time(fits, name, p, n) for n in sizes], color=f"C{index}",
                         label=f"{name}: α-β fit")
-        crowded = " (more than the cores)" if p > results.cores else ""
+        crowded = "* (cores shared)" if p > results.cores else ""
         ax.set(xscale="log", yscale="log", xlabel="elements n (log scale)", title=f"P = {p}{crowded}")
     axes[0][0].set_ylabel("ms per allreduce (log scale)")
     axes[0][-1].legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
