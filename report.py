@@ -2,7 +2,7 @@
 
 Usage:
     python3 report.py                      # the whole matrix, 5 epochs: about 6 minutes on 2 cores
-    python3 report.py --repeats 3          # each configuration 3 times, figures of its median run: about 19 minutes
+    python3 report.py --repeats 3          # each configuration 3 times, figures of its median run: about 18 minutes
     python3 report.py --quick              # tiny settings, P <= 4, into results/quick/ (under a minute)
     python3 report.py --report-only        # refit the model, redraw the plots, REPORT.md and hw3.pdf from --out's CSVs
 
@@ -63,7 +63,8 @@ def run_all(options):
             "load_average_start": os.getloadavg(), "test_label_shares": shares, "traces": {}}
     write_info(out, info)  # already now, so that --report-only works on a run cut short
     matrix = [(e, r) for e in experiment_matrix(options) for r in range(options.repeats)]
-    progress, runs, allreduce_rows = Progress(1 + len(matrix) + len(TRACES)), [], []
+    traces = 0 if options.skip_traces else len(TRACES)
+    progress, runs, allreduce_rows = Progress(1 + len(matrix) + traces), [], []
     start = time.perf_counter()
     progress.show("running the compute micro-benchmark")
     compute = measure_compute(options.layers, options.compute_repeats, validation_rows or 10000)
@@ -81,7 +82,7 @@ def run_all(options):
         write_csv(os.path.join(out, "runs.csv"), runs)
         outcome = f"{row['time']:.2f} s" if row["status"] == "ok" else f"{row['status']}: {row['error'][:60]}"
         progress.show(f"{experiment.name()}: {outcome}", True)
-    for stem, experiment in TRACES:
+    for stem, experiment in ([] if options.skip_traces else TRACES):
         progress.show(f"running trace {stem}")
         png, error = run_trace(stem, experiment, options, os.path.join(out, "traces"))
         info["traces"][stem] = {"png": png and os.path.relpath(png, out), "error": error}
@@ -137,6 +138,10 @@ def parse_args(argv=None):
         help="masters x processes (default 1x2,2x4,2x8,4x8,4x16)")
     add("--allreduce-processes", type=comma_list(positive, "positive integers"),
         help="process counts for allreduce_test.py (default 2,4,8)")
+    add("--split-masters", type=comma_list(positive, "positive integers"),
+        help="masters of question 7's parameter-server splits (default 1,2,4)")
+    add("--split-workers", type=positive, help="workers of those splits (default 4, with --quick 2)")
+    add("--skip-traces", action="store_true", help="run no traced epoch (REPORT.md's timelines)")
     add("--epochs", type=int, help="epochs per training run (default 5)")
     add("--batches", type=int, help="mini-batches per epoch (default 632)")
     add("--repeats", type=int, default=1,

@@ -9,7 +9,7 @@ main.py's large-batch rule adds the rule's update per step, measured from the ru
 alpha-beta form (latency alpha per message round, beta per element moved) with alpha and beta fitted to
 allreduce_test.py's times. Everything predicted here is for one core per process.
 """
-__all__ = ["measure_compute", "fit_exchange", "fit_rows", "exchange_time", "plain_step", "CostModel", "FORMS",
+__all__ = ["measure_compute", "fit_exchange", "fit_per_processes", "fit_rows", "exchange_time", "plain_step", "CostModel", "FORMS",
            "COMPUTE_ROWS", "PREDICTED", "SERIES", "EXCHANGES"]
 
 import math
@@ -93,6 +93,12 @@ def fit_exchange(rows, cores):
     if "ring" in fits:
         fits["allgather"] = fits["ring"]
     return fits
+
+
+def fit_per_processes(rows):
+    """{P: fit_exchange of allreduce.csv's rows at P alone}: constants that follow the times measured at each P,
+    time-sharing included where P exceeds the cores (question 11's figure and crossovers)."""
+    return {p: fit_exchange([r for r in rows if r["processes"] == p], p) for p in sorted({r["processes"] for r in rows})}
 
 
 def exchange_time(fits, name, p, elements):

@@ -19,6 +19,8 @@ import pypdf
 import typst
 
 from reporting.model import FORMS, PREDICTED, SERIES, exchange_time, fit_rows
+from reporting.plots import ZOOM
+from reporting.results import DIVERGED_BELOW
 
 
 class Dash(jinja2.ChainableUndefined):
@@ -146,24 +148,28 @@ def fastest(r, entries):
 
 
 def runs(r, f):
-    """Q2-Q8: the runs themselves, the fastest against serial, and which async runs diverged."""
+    """Q2-Q9: the runs themselves, the fastest against serial, and which async runs diverged (course: the course's
+    algorithm, main.py's defaults; many-workers: the departures beyond the assignment)."""
     s = r.serial
-    async_runs = [dict(e, diverged=r.diverged(e["test_accuracy"]), plain="plain" in e["label"],
+    async_runs = [dict(e, diverged=r.diverged(e["test_accuracy"]), course=BEYOND not in e["label"],
                        diverged_runs=sum(r.diverged(a) for a in e["run_accuracies"])) for e in r.entries("async")]
-    plain = sorted((e for e in async_runs if e["plain"]), key=lambda e: e["workers"])
-    plain_from = diverging_from(plain)
-    default = [e for e in async_runs if not e["plain"]]
-    first = lambda key: next((e[key] for e in default if e.get(key) is not None), None)  # noqa: E731
+    course = sorted((e for e in async_runs if e["course"]), key=lambda e: e["workers"])
+    beyond = [e for e in async_runs if not e["course"]]
+    for e in beyond:  # the departures' measured gain over the course's run of the same masters and processes
+        twin = next((c for c in course if (c["masters"], c["processes"]) == (e["masters"], e["processes"])), None)
+        e.update(gain=twin and e["test_accuracy"] - twin["test_accuracy"], twin=twin)
+    course_from = diverging_from(course)
+    first = lambda key: next((e[key] for e in beyond if e.get(key) is not None), None)  # noqa: E731
     shares = r.info.get("test_label_shares")
     f.update(serial=s, serial_step=s["time"] / (s["epochs"] * s["batches"]), sync=r.entries("sync"),
-             async_runs=async_runs,
+             async_runs=course + sorted(beyond, key=lambda e: e["workers"]), diverged_below=DIVERGED_BELOW,
              compensation=first("compensation"), staleness_bound=first("max_staleness"),
              one_digit=shares and (min(shares), max(shares)),
-             verdicts={name: verdict(r, [e for e in async_runs if e["plain"] == (name == "plain")])
-                       for name in ("plain", "default")},
+             verdicts={"course": verdict(r, course), BEYOND: verdict(r, beyond)},
              accuracy_runs=[dict(e, gap=e["test_accuracy"] - s["test_accuracy"]) for e in
                             r.entries("serial") + r.entries("sync") + r.entries("async")],
-             plain_from=plain_from, plain_below=[e for e in plain if plain_from is None or e["workers"] < plain_from],
+             course_from=course_from, course_below=[e for e in course if course_from is None
+                                                    or e["workers"] < course_from],
              strong_same_seed=same_seed_as_serial(r), seeds=(r.settings.get("seed") or 1, (r.settings.get("seed") or 1)
                                                              + (r.settings.get("repeats") or 1) - 1),
              ring_runs=[e for label in ("sync ring strong", "sync ring weak", "sync ring weak capped")
@@ -239,28 +245,43 @@ def model_check(r, entry):
 
 
 def verdict(r, entries):
-    """(the runs that diverged, the others that ended more than 5 points below serial)."""
+    """(the median runs that diverged, the others that ended more than 5 points below serial)."""
     gone = [e for e in entries if e["diverged"]]
     return gone, [e for e in entries if e not in gone and e["test_accuracy"] < r.serial["test_accuracy"] - 5]
 
 
 def async_compare(r, f):
-    """6: the default async runs against serial and sync at their P; 8: the accuracy table by workers."""
-    rows = [dict(e, sync=r.get("sync ring strong", e["processes"]), gap=e["test_accuracy"] - r.serial["test_accuracy"])
-            for e in r.entries("async") if "plain" not in e["label"]]
+    """6: the course's async runs compared with each other (time, accuracy, and the measured causes: the busiest
+    master's share of the parameters and of the run's time, a worker's compute and wait); 8: accuracy by workers."""
+    rows = [dict(e, sync=r.get("sync ring strong", e["processes"]), gap=e["test_accuracy"] - r.serial["test_accuracy"],
+                 share=e.get("shard_sizes") and max(e["shard_sizes"]) / r.model.parameters,
+                 busy=e.get("master_busy_fraction") and max(e["master_busy_fraction"]))
+            for e in r.entries("async") if BEYOND not in e["label"]]
     asked = [e for e in rows if (e["masters"], e["processes"]) in COURSE_ASYNC]
     first = (asked or rows)[0]
+    pick = lambda m, p: next((e for e in asked if (e["masters"], e["processes"]) == (m, p)), None)  # noqa: E731
+    pairs = [(pick(m, p), pick(n, q)) for (m, p), (n, q) in COURSE_PAIRS]
     f.update(async_compare_rows=rows, async_asked=asked, async_first=first,
+             async_pairs=[dict(a=a, b=b, faster=a["time"] < b["time"], better=a["test_accuracy"] > b["test_accuracy"],
+                               waits_less=greater(b.get("worker_wait_per_batch"), a.get("worker_wait_per_batch")))
+                          for a, b in pairs if a and b],
              async_speedups=(min(e["speedup"] for e in asked or rows), max(e["speedup"] for e in asked or rows)),
              async_wait_dominates=greater(first.get("worker_wait_per_batch"), first.get("worker_compute_per_batch")),
              transfer_dominates=greater(2 * exchange_time(r.model.fits, "naive", 2, r.model.parameters),
                                         first.get("worker_compute_per_batch")),
              async_pipelined=bool(first.get("pipeline")), async_first_crowded=first["processes"] > r.cores,
-             async_gap=max(abs(e["gap"]) for e in rows))
+             async_gap=max(abs(e["gap"]) for e in rows), largest_layer=largest_layer(r))
     columns = ("sync ring strong", "sync ring weak", "sync ring weak capped", "async 2m", "async 4m")
     accuracy = {(e["label"], e["workers"]): e["test_accuracy"] for label in columns for e in r.series(label)}
     f["accuracy_by_workers"] = [(w, [accuracy.get((label, w)) for label in columns])
                                 for w in sorted({w for _, w in accuracy})]
+
+
+def largest_layer(r):
+    """(its inputs, its outputs, its share of the parameters) of the layer with the most parameters."""
+    layers = r.model.layers
+    i, o = max(zip(layers[:-1], layers[1:]), key=lambda pair: pair[0] * pair[1] + pair[1])
+    return i, o, (i * o + o) / r.model.parameters
 
 
 def tradeoff(r, f):
@@ -281,7 +302,11 @@ def allreduce(r, f):
     f["allreduce_rows"] = [dict(x, ratio=x["naive_s"] / x["ring_s"], naive_total=x["naive_sent"] * x["processes"],
                                 errors=[error(model(x, n), x[f"{n}_s"]) for n in ("naive", "ring", "mpi")])
                            for x in sorted(r.allreduce, key=lambda x: (x["processes"], x["size"]))]
-    f["ring_best"] = max(f["allreduce_rows"], key=lambda x: x["ratio"], default=None)
+    shown = [x for x in f["allreduce_rows"] if x["processes"] > 2 and x["size"] in COURSE_SIZE_VALUES]
+    f["ring_best"] = max(shown, key=lambda x: x["ratio"], default=None)  # where the volumes differ, on the page
+    f["fit_miss_by_p"] = [(p, median_error(error(exchange_time(r.fits_by_p[p], name, p, x["size"]), x[f"{name}_s"])
+                                           for x in r.allreduce if x["processes"] == p for name in ("naive", "ring")))
+                          for p in sorted(r.fits_by_p)]
     f["ring_crossover"] = [(p, crossover(r, p), *measured_crossover(f["allreduce_rows"], p, crossover(r, p)))
                            for p in sorted({x["processes"] for x in r.allreduce})]
     f["crossovers_agree"] = all(agree for *_, agree in f["ring_crossover"])
@@ -294,9 +319,10 @@ def allreduce(r, f):
 
 
 def crossover(r, p):
-    """The smallest array (a power of two) the fitted ring allreduces faster than the fitted naive one."""
+    """The smallest array (a power of two) the ring, as fitted at P alone, allreduces faster than the naive one."""
+    fits = r.fits_by_p.get(p, {})
     return next((n for n in (2 ** k for k in range(8, 28))
-                 if exchange_time(r.fits, "ring", p, n) < exchange_time(r.fits, "naive", p, n)), None)
+                 if exchange_time(fits, "ring", p, n) < exchange_time(fits, "naive", p, n)), None)
 
 
 def measured_crossover(rows, p, fitted):
@@ -315,7 +341,7 @@ def consoles(r, f):
     async configurations (any it lacks, and other series, for REPORT.md), each checked against its figures."""
     quoted = lambda pairs: [text for text in (r.console(*pair) for pair in pairs) if text]  # noqa: E731
     strong = [("serial", 1)] + [("sync ring strong", e["processes"]) for e in r.series("sync ring strong")]
-    default = [(e["label"], e["processes"]) for e in r.entries("async") if "plain" not in e["label"]]
+    default = [(e["label"], e["processes"]) for e in r.entries("async") if BEYOND not in e["label"]]
     asked = [(f"async {m}m", p) for m, p in COURSE_ASYNC if (f"async {m}m", p) in default]
     for pair in strong + default:
         check_console(r.console(*pair), r.get(*pair))
@@ -422,14 +448,26 @@ def weak_rules(r, f):
              rule_helps=largest["new"]["test_accuracy"] > largest["old"]["test_accuracy"])
 
 
-GROUPS = [header, model_terms, model_table, predictions, runs, scaling, model_checks, async_compare, tradeoff,
-          allreduce, consoles, split, weak_rules]
+def first_step(r, f):
+    """Q3: strong scaling at P = 2 against serial per step, from the runs' own measured spans (model_table's rows)."""
+    cell = next(c for c in f["model_rows"] if c["e"]["label"] == "sync ring strong" and c["e"]["processes"] == 2)
+    faster = cell["e"]["time"] < r.serial["time"]
+    f.update(p2=cell, p2_faster=faster, zoom=ZOOM, serial_model_compute=r.model.step(1)[0],
+             model_agrees=f["exchange_costs_more"] != faster)
+
+
+GROUPS = [header, model_terms, model_table, predictions, runs, first_step, scaling, model_checks, async_compare,
+          tradeoff, allreduce, consoles, split, weak_rules]
 COURSE_SYNC = (4, 8, 16)  # the process counts of the course's synchronous runs (question 2)
 COURSE_ASYNC = ((2, 4), (2, 8), (4, 8), (4, 16))  # its asynchronous runs, (masters, processes) (question 5)
+# Question 6's comparisons, (masters, processes) against (masters, processes): one setting changed at a time
+COURSE_PAIRS = (((2, 8), (2, 4)), ((4, 8), (2, 8)), ((4, 16), (4, 8)))
+BEYOND = "many-workers"  # the label of the async runs with main.py's departures, beyond the assignment
 QUESTIONS = 13  # the course's report questions, answered as sections 1-13 in its order
 MAX_PAGES = 5  # the course's limit on hw3.pdf
 MISS = 0.15  # a model figure further than this from its measurement says so beside it, with its cause
 COURSE_SIZES = ("(2^12)", "(2^15)", "(2^18)", "(2^21)")  # the array sizes the course's allreduce_test.py times
+COURSE_SIZE_VALUES = (2 ** 12, 2 ** 15, 2 ** 18, 2 ** 21)
 MARKUP = re.compile(r"([\\#$*_@<>\[\]`~=/+'\"-])")  # Typst's markup characters: escaped in text from the data
 
 

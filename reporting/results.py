@@ -1,5 +1,5 @@
 """The CSVs of one report read back: each configuration represented by its median run, the cost model fitted to them."""
-__all__ = ["Results", "read_csv", "record_stem"]
+__all__ = ["Results", "read_csv", "record_stem", "DIVERGED_BELOW"]
 
 import ast
 import csv
@@ -7,7 +7,11 @@ import json
 import os
 import statistics
 
-from reporting.model import CostModel, fit_exchange
+from reporting.model import CostModel, fit_exchange, fit_per_processes
+
+# A run whose final test accuracy is below this (%) diverged: serial reaches about 91 %, a network that answers one
+# digit for every image 9-11 %, and a run that ends between them has failed to train all the same.
+DIVERGED_BELOW = 50.0
 
 
 def read_csv(path):
@@ -54,6 +58,7 @@ class Results:
         self.cores = self.machine["cores"]
         self.configs = aggregate(self.runs)
         self.fits = fit_exchange(self.allreduce, self.cores) if self.allreduce else {}
+        self.fits_by_p = fit_per_processes(self.allreduce)
         self.model = CostModel(self.compute_rows, self.fits, self.settings, self.cores)
         self.model.calibrate([e for e in self.entries("sync") if e["processes"] <= self.cores])
         self.compare_with_serial()
@@ -100,9 +105,8 @@ class Results:
             entry["speedup"] = rate(entry) / rate(serial) if known else None
 
     def diverged(self, accuracy):
-        """No better than answering one digit for every image (the largest digit's share, plus 2 points)."""
-        shares = self.info.get("test_label_shares") or [11.35]
-        return accuracy is not None and accuracy <= max(shares) + 2.0
+        """Training failed: a final test accuracy below DIVERGED_BELOW %, the report's one definition."""
+        return accuracy is not None and accuracy < DIVERGED_BELOW
 
     def shared_evaluation(self):
         """Whether the sync runs evaluate on every rank (their records then carry evaluation_time)."""

@@ -41,11 +41,11 @@ def test_quick_run_writes_csvs_plots_and_every_answer(tmp_path):
     out = tmp_path / "out"
     result = run_python("report.py", "--quick", "--out", out, "--data-dir", data, timeout=QUICK_TIMEOUT)
     assert result.returncode == 0, result.stderr
-    total = 1 + 1 + 14 + 6 + 5 + 2 + 5  # micro-benchmark, serial, sync, async, master splits, allreduce_test, traces
+    total = 1 + 1 + 10 + 6 + 5 + 2 + 5  # micro-benchmark, serial, sync, async, master splits, allreduce_test, traces
     assert re.search(rf"\[#+\] {total}/{total}", result.stderr), result.stderr  # the progress bar ended
     with open(out / "runs.csv", newline="") as f:
         runs = list(csv.DictReader(f))
-    assert [r["mode"] for r in runs] == (["serial"] + ["sync"] * 14 + ["async"] * 6 + ["split"] * 5
+    assert [r["mode"] for r in runs] == (["serial"] + ["sync"] * 10 + ["async"] * 6 + ["split"] * 5
                                          + ["allreduce_test"] * 2)
     for row in runs:
         if row["mode"] == "serial" or (row["mode"] == "sync" and row["exchange"] == "gradients"):
@@ -62,7 +62,7 @@ def test_quick_run_writes_csvs_plots_and_every_answer(tmp_path):
     section = lambda n: text[text.index(f"## {n}. "):text.index(f"## {n + 1}. ")]  # noqa: E731
     assert re.search(r"```text\n\$ python3 main\.py serial .*\nEpoch 1, accuracy [\d.]+ %\.\n", section(3))
     assert "```text\n$ mpiexec -n 2 python3 main.py sync --allreduce ring --scaling strong" in section(3)
-    assert "```text\n$ mpiexec -n 2 python3 main.py async 1 " in section(6)
+    assert "```text\n$ mpiexec -n 2 python3 main.py async 1 --epochs" in section(6)  # the course's: no async option
     assert "```text\n$ mpiexec -n 2 python3 allreduce_test.py --sizes" in section(11)
     assert not any(line.startswith("$ ") and "--json" in line for line in text.splitlines())  # the record's path
     assert prose_words(text) <= PROSE_WORDS
@@ -70,8 +70,13 @@ def test_quick_run_writes_csvs_plots_and_every_answer(tmp_path):
         assert (f"]({trace['png']})" in text) == bool(trace["png"]), stem
     pdf = check_pdf(out)  # console excerpts in 3, 6 (the course's configurations) and 11, from the runs' records
     for command in ("$ python3 main.py serial ", "$ mpiexec -n 4 python3 main.py sync --allreduce ring",
-                    "$ mpiexec -n 4 python3 main.py async 2 ", "$ mpiexec -n 4 python3 allreduce_test.py --sizes"):
+                    "$ mpiexec -n 4 python3 main.py async 2 --epochs 2 --",
+                    "$ mpiexec -n 4 python3 allreduce_test.py --sizes"):
         assert command in pdf, command
+    section6 = pdf[pdf.index("6. The asynchronous runs compared"):pdf.index("7. Why the parameter server")]
+    assert "--many-workers" not in section6 and "--shard" not in section6  # the consoles carry no async option
+    beyond = [r for r in runs if r["async_variant"] == "many-workers"]
+    assert len(beyond) == 3 and all(r["status"] == "ok" and r["compensation"] == "4.0" for r in beyond), beyond
 
 
 def test_report_only_lists_failed_runs_and_works_without_model_inputs(tmp_path):
@@ -87,11 +92,12 @@ def test_report_only_lists_failed_runs_and_works_without_model_inputs(tmp_path):
     assert "## Figures not computed" in text  # the model's groups say why they are dashes
 
 
-def test_matrix_includes_factor_runs_and_the_async_variants():
+def test_matrix_runs_the_courses_async_algorithm_with_no_option_and_its_departures_as_a_variant():
     options = report.parse_args(["--quick"])
     matrix = experiment_matrix(options)
     factors = [e for e in matrix if e.exchange == "factors"]
-    assert [(e.scaling, e.processes) for e in factors] == [("strong", 2), ("strong", 4), ("weak", 2), ("weak", 4)]
+    assert [(e.scaling, e.processes) for e in factors] == [("strong", 2), ("strong", 4)]  # weak: no question reads it
+    assert not [e for e in matrix if e.scaling == "weak" and e.allreduce == "mpi"]
     command = main_command(factors[0], options, 1, "r.json")
     assert command[command.index("main.py") + 1:][:7] == ["sync", "--allreduce", "ring", "--scaling", "strong",
                                                          "--exchange", "factors"]
@@ -104,9 +110,15 @@ def test_matrix_includes_factor_runs_and_the_async_variants():
     assert splits == [(1, "balanced", 3), (2, "balanced", 4), (2, "layers", 4), (4, "balanced", 6), (4, "layers", 6)]
     command = main_command(next(e for e in matrix if e.shard == "layers"), options, 1, "r.json")
     assert command[command.index("main.py") + 1:][:4] == ["async", "2", "--shard", "layers"]
-    plain = next(e for e in matrix if e.async_variant == "plain")
-    command = main_command(plain, options, 1, "r.json")
-    assert command[command.index("main.py") + 1:][:5] == ["async", "1", "--unbounded", "--compensation", "0"]
+    course = [e for e in matrix if e.mode == "async" and e.async_variant == "course"]
+    assert [(e.label, e.masters, e.processes) for e in course] == [("async 1m", 1, 2), ("async 2m", 2, 3),
+                                                                  ("async 2m", 2, 4)]
+    command = main_command(course[-1], options, 1, "r.json")
+    assert command[command.index("main.py") + 1:][:3] == ["async", "2", "--epochs"]  # only the experiment's options
+    beyond = next(e for e in matrix if e.async_variant == "many-workers")
+    assert beyond.label == "async 1m many-workers"
+    command = main_command(beyond, options, 1, "r.json")
+    assert command[command.index("main.py") + 1:][:3] == ["async", "1", "--many-workers"]
     assert report.parse_args(["--async-runs", "2x4,4X16"]).async_runs == [(2, 4), (4, 16)]
     bound = report.parse_args(["--quick", "--mpiexec-args=-bind-to core"])  # one core per rank (docs/model.md)
-    assert main_command(plain, bound, 1, "r.json")[1:5] == ["-bind-to", "core", "-n", str(plain.processes)]
+    assert main_command(beyond, bound, 1, "r.json")[1:5] == ["-bind-to", "core", "-n", str(beyond.processes)]
