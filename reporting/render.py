@@ -402,8 +402,8 @@ def split(r, f):
     """Q7: the parameter server on 1, 2 and 4 masters, balanced and by whole layers, against the bottleneck bound.
 
     Operational laws: the busiest master's service demand per update D_max bounds the updates per second by
-    1/D_max whatever the workers; W workers, each cycling through Z (compute plus a push and a pull, no queueing)
-    and the masters, give at most W/(Z + D_max); the two meet at W* = (Z + D_max)/D_max workers.
+    1/D_max whatever the workers; W workers, each cycling through Z (compute, a push, D_max and a pull, no
+    queueing), give at most W/Z; the two meet at W* = Z/D_max workers.
     """
     transfer = 2 * exchange_time(r.model.fits, "naive", 2, r.model.parameters)  # push and pull of the model
     entries = [dict(e, d_max=max(d for d in e["master_service_time"] if d is not None),
@@ -413,7 +413,7 @@ def split(r, f):
     for e in entries:
         compute, push = e["worker_compute_per_batch"], transfer / 2  # a pull costs as much, copied by the worker
         cycle = (max(compute, push + e["d_max"]) if e.get("pipeline") else compute + push + e["d_max"]) + push
-        e.update(bound=1 / e["d_max"], predicted_bound=1 / (one["d_max"] * e["share"]), saturation=cycle / e["d_max"],
+        e.update(cycle=cycle, bound=1 / e["d_max"], predicted_bound=1 / (one["d_max"] * e["share"]), saturation=cycle / e["d_max"],
                  predicted=min(e["workers"] / cycle, 1 / e["d_max"]), messages=2 * e["serving"])
         e["reached"] = e["updates_per_second"] / e["predicted"]
     most = max(e["masters"] for e in entries if e["shard"] == "layers")
