@@ -153,10 +153,10 @@ def tree_digest(path):
 
 # The accuracy thresholds (sync.accuracy, async.model) hold for the course's full length, 5 epochs: after one
 # epoch of 632 mini-batches the correct fixture's own runs fell 3.0 (sync, P = 2) and 7.4 points (async, 2
-# masters on 4) below serial's mean, and failed them. Every other
-# check judges what a run does, not how far it trained, and sees each mutant's bug in a run of 40
-# mini-batches; so each mutant is run that long through the checks that read its file, less the two
-# thresholds, and the one mutant whose bug is an accuracy (async_rank0_partial) at the full length.
+# masters on 4) below serial's mean, and failed them. Every other check judges what a run does, not how far
+# it trained, and sees each mutant's bug in a run of 40 mini-batches. So each mutant runs that long through
+# the checks that read its file less the two thresholds; the one mutant whose bug is an accuracy
+# (async_rank0_partial) runs at the full length. The correct fixtures are checked whole, at full length.
 SHORT = ("--epochs", "1", "--batches", "40")
 SYNC = "sync.completes,sync.replicas,sync.split,sync.exchange"
 ASYNC = "async.completes,async.batches,async.rules,async.ranks"

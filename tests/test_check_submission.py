@@ -77,8 +77,8 @@ def test_correct_fixture_passes_every_check_and_is_left_untouched(shared_checks,
 
 
 def test_this_projects_files_and_report_pass_every_check_as_the_course_receives_them(tmp_path):
-    """Checked whole, at the course's full length: its accuracies are judged too."""
-    """Our five files and results/hw3.pdf, zipped as the course's submission form, over our own base."""
+    """Our five files and results/hw3.pdf, zipped as the course's submission form, over our own base; checked
+    whole, at the course's full length."""
     archive = tmp_path / "hw3.zip"
     with zipfile.ZipFile(archive, "w") as packed:
         for name in FIVE_FILES:
