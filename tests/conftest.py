@@ -1,4 +1,7 @@
-"""Shared test helpers: start MPI jobs (always with a timeout) and small synthetic data sets."""
+"""Shared test helpers: start MPI jobs (always with a timeout), small synthetic data sets, and the checker's
+runs that several tests read (each made once per session)."""
+import collections
+import hashlib
 import json
 import os
 import signal
@@ -13,6 +16,8 @@ from utils import IMAGE_MAGIC, LABEL_MAGIC, mpiexec_command, write_idx
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MPI_TIMEOUT = 120  # seconds: a job still running then has hung, and the test fails
+sys.path.insert(0, os.path.join(PROJECT_DIR, "tests", "fixtures", "submissions"))
+from mutants import MUTANTS, build  # noqa: E402
 
 
 def run_command(command, timeout=MPI_TIMEOUT, env=None):
@@ -130,3 +135,124 @@ def mnist_real():
     """The bundled MNIST (training, validation, test)."""
     from utils import load_mnist
     return load_mnist()
+
+
+# ----------------------------------------------------------------------------- the checker's shared runs
+
+def tree_digest(path):
+    """A digest of every file under `path` (names and bytes), to show nothing was changed."""
+    hasher = hashlib.sha256()
+    for root, _, files in sorted(os.walk(path)):
+        for name in sorted(files):
+            full = os.path.join(root, name)
+            hasher.update(os.path.relpath(full, path).encode())
+            with open(full, "rb") as f:
+                hasher.update(f.read())
+    return hasher.hexdigest()
+
+
+# The accuracy thresholds (sync.accuracy, async.model) hold for the course's full length, 5 epochs: after one
+# epoch of 632 mini-batches the correct fixture's own runs fell 3.0 (sync, P = 2) and 7.4 points (async, 2
+# masters on 4) below serial's mean, and failed them. Every other check judges what a run does, not how far
+# it trained, and sees each mutant's bug in a run of 40 mini-batches. So each mutant runs that long through
+# the checks that read its file less the two thresholds; the one mutant whose bug is an accuracy
+# (async_rank0_partial) runs at the full length. The correct fixtures are checked whole, at full length.
+SHORT = ("--epochs", "1", "--batches", "40")
+SYNC = "sync.completes,sync.replicas,sync.split,sync.exchange"
+ASYNC = "async.completes,async.batches,async.rules,async.ranks"
+READ_BY = {  # file -> the checks that read it (the MPI usage checks judge every job the others run)
+    "my_naive_allreduce.py": "files,naive,mpi", "my_ring_allreduce.py": f"files,ring,{SYNC},mpi",
+    "sync_network.py": f"files,{SYNC},mpi", "sync_network_collective.py": f"files,{SYNC},mpi",
+    "async_network.py": f"files,{ASYNC},mpi"}
+MUTANT_PROCESSES = {  # the process counts that show each bug (and run every check above at least once)
+    "ring_whole_arrays": "2,3", "ring_hangs_small": "1,2,3,4,5",  # one hang per P > 1
+    "ring_fails_at_one": "1,2,3,4,5", "ring_dropped_isend": "2,3", "naive_overwrites_send": "2",
+    "sync_drift": "2", "sync_no_broadcast": "2", "syntax_error": "2",
+    "async_blocking_recv": "2", "async_worker_all_batches": "4",  # two workers, each doing them all
+    "async_rank0_partial": "4", "async_crash_few_workers": "2,3",  # M = 2 on P = 3: fewer workers than masters
+    "async_pending_irecv": "2,4", "async_update_in_flight": "2,4", "async_unreceived_stop": "2,4"}
+FULL_LENGTH = {"async_rank0_partial": "async.model"}  # mutant -> its check, a threshold judged at full length
+
+
+def mutant_arguments(name):
+    """The checker's options for mutant `name`: --only the checks that read its file, at the length and on
+    the process counts that show its bug."""
+    only = READ_BY[MUTANTS[name].file]
+    length = () if name in FULL_LENGTH else SHORT
+    if name in FULL_LENGTH:
+        only += "," + FULL_LENGTH[name]
+    return ["--only", only, *length, "--processes", MUTANT_PROCESSES[name], "--timeout", "3"]
+
+
+Checked = collections.namedtuple("Checked", "submission code record stdout stderr gradescope summary before after")
+
+
+class SharedChecks:
+    """check_submission.py runs that several tests read, each made once per session (on first use), with a
+    Gradescope file and a CSV row beside its JSON record and sheet."""
+
+    def __init__(self, folder):
+        self.folder, self.done = str(folder), {}
+
+    def run(self, key, submission, *arguments, timeout=600):
+        """check_submission.py SUBMISSION ARGUMENTS, once per key -> Checked."""
+        if key not in self.done:
+            out = os.path.join(self.folder, key)
+            os.makedirs(out)
+            gradescope, summary = os.path.join(out, "results.json"), os.path.join(out, "grades.csv")
+            before = tree_digest(submission)
+            code, record, stdout, stderr = run_checker(submission, *arguments, "--gradescope", gradescope,
+                                                       "--summary", summary, timeout=timeout)
+            self.done[key] = Checked(submission, code, record, stdout, stderr, read_json(gradescope),
+                                     read_text(summary), before, tree_digest(submission))
+        return self.done[key]
+
+    def whole(self, folder):
+        """A submission checked whole, every check at the course's full length."""
+        return self.run(os.path.basename(folder), folder)
+
+    def mutant(self, name):
+        """Mutant `name` through the checks that read its file (mutant_arguments)."""
+        if name not in self.done:
+            build(name, os.path.join(self.folder, "mutants"))
+        return self.run(name, os.path.join(self.folder, "mutants", name), *mutant_arguments(name))
+
+
+def read_json(path):
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def read_text(path):
+    if not os.path.exists(path):
+        return ""
+    with open(path) as f:
+        return f.read()
+
+
+@pytest.fixture(scope="session")
+def shared_checks(tmp_path_factory):
+    """The checker's runs shared between tests: the correct fixture's whole check (read by the verdict tests
+    and the grading tests alike), each mutant's."""
+    return SharedChecks(tmp_path_factory.mktemp("shared-checks"))
+
+
+@pytest.fixture(scope="session")
+def slurm_env():
+    """Environment for srun and sbatch against one local Slurm (slurm/local_slurm.sh) shared by the session's
+    tests: started on first use, stopped at the end, always; skipped, with the reason, where it cannot run."""
+    from test_slurm import CANNOT_RUN, SCRIPT, START_TIMEOUT, STOP_TIMEOUT, clean_environment, last_line, run
+    environment = clean_environment()
+    try:
+        started = run(["bash", SCRIPT, "start"], START_TIMEOUT, environment)
+        if started.returncode == CANNOT_RUN:
+            pytest.skip(last_line(started.stderr).removeprefix("local_slurm: "))
+        assert started.returncode == 0, f"local_slurm.sh start failed:\n{started.stderr}"
+        export = last_line(started.stdout)  # export SLURM_CONF=<state>/slurm.conf
+        assert export.startswith("export SLURM_CONF="), started.stdout
+        yield clean_environment(SLURM_CONF=export.removeprefix("export SLURM_CONF="))
+    finally:
+        stopped = run(["bash", SCRIPT, "stop"], STOP_TIMEOUT, environment)
+        assert stopped.returncode == 0, f"local_slurm.sh stop failed:\n{stopped.stderr}"

@@ -1,6 +1,7 @@
 """Batches: --jobs N gives the verdicts of a one-at-a-time run, each submission on cores of its own, a progress
 line as each finishes; a killed batch resumes with the rest; --slurm runs one array task per submission on
-the one-node Slurm of slurm/local_slurm.sh (skipped, with the reason, where it cannot run)."""
+the one-node Slurm of slurm/local_slurm.sh that tests/test_slurm.py uses too (conftest.py's slurm_env, started
+once per session; skipped, with the reason, where it cannot run)."""
 import csv
 import json
 import os
@@ -13,7 +14,7 @@ import time
 import pytest
 
 from conftest import PROJECT_DIR, run_python
-from test_slurm import CANNOT_RUN, SCRIPT, START_TIMEOUT, STOP_TIMEOUT, clean_environment, last_line, run
+from test_slurm import run
 
 sys.path.insert(0, os.path.join(PROJECT_DIR, "tests", "fixtures", "submissions"))
 from mutants import CORRECT, build  # noqa: E402
@@ -23,8 +24,6 @@ from checking.grading.child import core_slots, default_jobs, shared_arguments  #
 QUICK = ["--only", "files,naive", "--processes", "2"]
 PROGRESS = re.compile(r"^(\S+): (pass|fail|error)(?: \(([^)]*)\))?, [\d.]+/[\d.]+ points, \d+ s "
                       r"\[(\d+) done, (\d+) left(?:, about \d+ (?:s|min) to go)?\]$")
-# A Slurm of our own beside tests/test_slurm.py's (another state folder and port): they never meet.
-SLURM = {"LOCAL_SLURM_DIR": "/tmp/hw3-check-batch-slurm", "LOCAL_SLURM_PORT": "16847"}
 
 
 @pytest.fixture(scope="module")
@@ -143,23 +142,6 @@ def cmdline(pid):
 
 
 # ----------------------------------------------------------------------------- Slurm
-
-@pytest.fixture(scope="module")
-def slurm_env():
-    """Environment for sbatch against a local Slurm of this module's own; stopped afterwards, always."""
-    environment = clean_environment(**SLURM)
-    try:
-        started = run(["bash", SCRIPT, "start"], START_TIMEOUT, environment)
-        if started.returncode == CANNOT_RUN:
-            pytest.skip(last_line(started.stderr).removeprefix("local_slurm: "))
-        assert started.returncode == 0, f"local_slurm.sh start failed:\n{started.stderr}"
-        export = last_line(started.stdout)
-        assert export.startswith("export SLURM_CONF="), started.stdout
-        yield clean_environment(SLURM_CONF=export.removeprefix("export SLURM_CONF="))
-    finally:
-        stopped = run(["bash", SCRIPT, "stop"], STOP_TIMEOUT, environment)
-        assert stopped.returncode == 0, f"local_slurm.sh stop failed:\n{stopped.stderr}"
-
 
 def test_a_slurm_array_gives_the_verdicts_of_a_local_batch(slurm_env, tmp_path, submissions):
     local, array, merged = tmp_path / "local", tmp_path / "slurm", tmp_path / "all.json"

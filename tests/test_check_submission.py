@@ -1,14 +1,16 @@
 """check_submission.py: the correct fixture and this project's own files pass every check, each mutant
-fails exactly the check of its bug, a hang costs its timeouts, and the submission is never touched."""
+fails exactly the check of its bug, a hang costs its timeouts, and the submission is never touched.
+
+The correct fixture's whole check and each mutant's are shared with tests/test_grading.py (conftest.py's
+shared_checks): each is run once per session."""
 import csv
-import hashlib
 import os
 import sys
 import zipfile
 
 import pytest
 
-from conftest import PROJECT_DIR, run_checker, run_python
+from conftest import FULL_LENGTH, PROJECT_DIR, SHORT, mutant_arguments, run_checker, run_python, tree_digest
 
 sys.path.insert(0, os.path.join(PROJECT_DIR, "tests", "fixtures", "submissions"))
 from mutants import CORRECT, CORRECT_B, MUTANTS, SKELETON, build  # noqa: E402
@@ -19,11 +21,6 @@ from checking.running.jobs import FIVE_FILES, describe_waits  # noqa: E402
 from checking.rules.allreduce import elements_sent, predicted  # noqa: E402
 from checking.running.cases import allreduce_cases, case_input  # noqa: E402
 
-# The checks that read each file: a mutant of that file is run through these (and passes all but its own).
-# The MPI usage checks (mpi) judge whatever jobs the others run.
-READ_BY = {"my_naive_allreduce.py": "files,naive,mpi", "my_ring_allreduce.py": "files,ring,sync,mpi",
-           "sync_network.py": "files,sync,mpi", "sync_network_collective.py": "files,sync,mpi",
-           "async_network.py": "files,async,mpi"}
 WARNINGS = ("mpi.unreceived",)  # what these checks find is a warning: the verdict stays PASS
 EVIDENCE = {  # what the sheet must say of each mutant's bug, with its file:line where there is one
     "sync_no_broadcast": ["the ranks start from different parameters: make rank 0's initial parameters every "
@@ -48,27 +45,26 @@ def statuses(record):
     return {entry["id"]: entry["status"] for entry in record["checks"]}
 
 
-def tree_digest(path):
-    """A digest of every file under `path` (names and bytes), to show nothing was changed."""
-    hasher = hashlib.sha256()
-    for root, _, files in sorted(os.walk(path)):
-        for name in sorted(files):
-            full = os.path.join(root, name)
-            hasher.update(os.path.relpath(full, path).encode())
-            with open(full, "rb") as f:
-                hasher.update(f.read())
-    return hasher.hexdigest()
+def expected_statuses(name):
+    """The status of every check mutant `name` is run through: its own fails (or warns), the rest pass."""
+    only = mutant_arguments(name)[1].split(",")
+    expected = {c: "info" if c in INFORMATION else "pass" for c in CHECKS
+                if any(c == item or c.startswith(item + ".") for item in only)}
+    fails = MUTANTS[name].fails
+    assert fails in expected  # its own check is among those it is run through
+    expected[fails] = "warn" if fails in WARNINGS else "fail"
+    return expected
 
 
 # ----------------------------------------------------------------------------- whole submissions
 
 @pytest.mark.parametrize("folder", [CORRECT, CORRECT_B], ids=["correct", "correct_b"])
-def test_correct_fixture_passes_every_check_and_is_left_untouched(folder):
+def test_correct_fixture_passes_every_check_and_is_left_untouched(shared_checks, folder):
     """Two students' correct hw3 in two styles: one per-layer messages and blocking-style waits, the other
     flat buffers, its own communicator, a Waitany server with receives it cancels at the end, and a refusal
-    (a ValueError of its own) with fewer workers than masters."""
-    before = tree_digest(folder)
-    code, record, stdout, _ = check(folder)
+    (a ValueError of its own) with fewer workers than masters. Checked whole, at the course's full length."""
+    checked = shared_checks.whole(folder)
+    code, record, stdout = checked.code, checked.record, checked.stdout
     assert code == 0, stdout
     found = statuses(record)
     assert set(found) == set(CHECKS)
@@ -76,13 +72,14 @@ def test_correct_fixture_passes_every_check_and_is_left_untouched(folder):
     assert found["async.ranks"] == "info" and found["timing"] == "skip"
     assert stdout.startswith(f"# hw3 check: {os.path.basename(folder)}") and "**PASS**" in stdout
     assert sum(line.startswith("| `") for line in stdout.splitlines()) == len(CHECKS)  # a line per check
-    assert tree_digest(folder) == before
+    assert checked.after == checked.before
     if folder == CORRECT_B:
         assert "M = 2, P = 3: refused" in stdout
 
 
 def test_this_projects_files_and_report_pass_every_check_as_the_course_receives_them(tmp_path):
-    """Our five files and results/hw3.pdf, zipped as the course's submission form, over our own base."""
+    """Our five files and results/hw3.pdf, zipped as the course's submission form, over our own base; checked
+    whole, at the course's full length."""
     archive = tmp_path / "hw3.zip"
     with zipfile.ZipFile(archive, "w") as packed:
         for name in FIVE_FILES:
@@ -95,20 +92,24 @@ def test_this_projects_files_and_report_pass_every_check_as_the_course_receives_
 
 
 @pytest.mark.parametrize("name", list(MUTANTS))
-def test_each_mutant_fails_exactly_its_own_check(tmp_path, name):
-    """Run through every check that reads the mutated file: its own fails, every other one passes."""
+def test_each_mutant_fails_exactly_its_own_check(shared_checks, name):
+    """Run through every check that reads the mutated file (conftest.py's mutant_arguments: at the length and
+    on the process counts that show its bug): its own fails, every other one passes."""
     mutant = MUTANTS[name]
-    folder = build(name, str(tmp_path))
-    code, record, stdout, _ = check(folder, "--only", READ_BY[mutant.file], "--timeout", "3")
+    checked = shared_checks.mutant(name)
+    folder, code, record, stdout = checked.submission, checked.code, checked.record, checked.stdout
+    assert record is not None, checked.stderr[-3000:]
     found = statuses(record)
     if mutant.fails in WARNINGS:
         assert code == 0 and record["failed"] == [] and found[mutant.fails] == "warn", stdout
     else:
         assert code == 1, stdout
         assert record["failed"] == [mutant.fails], stdout
-    others = {c: status for c, status in found.items() if c != mutant.fails and c not in INFORMATION}
-    assert set(others.values()) == {"pass"}, found
-    assert f"Check it again alone: `python3 check_submission.py {folder} --timeout 3 --only {mutant.fails}" in stdout
+    assert found == expected_statuses(name), found
+    length = "" if name in FULL_LENGTH else " ".join(SHORT) + " "
+    assert (f"Check it again alone: `python3 check_submission.py {folder} {length}--timeout 3 --only {mutant.fails}"
+            in stdout)
+    assert checked.after == checked.before  # built from correct/, then left untouched
     for text in EVIDENCE.get(name, ()):
         assert text in stdout, stdout
     if name == "ring_fails_at_one":  # P = 1 is judged on its own: P = 2-5 are run and judged for every check

@@ -1,5 +1,8 @@
 """Points: the rubric's rules, the correct fixture's full marks, each mutant losing exactly its check's points,
-and Gradescope's results.json held against the fields its specification documents."""
+and Gradescope's results.json held against the fields its specification documents.
+
+The correct fixture's whole check and each mutant's are the runs tests/test_check_submission.py reads
+(conftest.py's shared_checks, each run once per session, with a Gradescope file and a CSV row)."""
 import json
 import os
 import shutil
@@ -12,7 +15,7 @@ import pytest
 from conftest import PROJECT_DIR, run_checker, run_python
 
 sys.path.insert(0, os.path.join(PROJECT_DIR, "tests", "fixtures", "submissions"))
-from mutants import CORRECT, MUTANTS, SKELETON, build  # noqa: E402
+from mutants import CORRECT, MUTANTS, SKELETON  # noqa: E402
 
 from checking.rules.checks import CHECKS, INFORMATION  # noqa: E402
 from checking.running.jobs import FIVE_FILES, REPORT  # noqa: E402
@@ -25,38 +28,6 @@ RESULT_FIELDS = {"score", "execution_time", "output", "output_format", "test_out
 TEST_FIELDS = {"score", "max_score", "status", "name", "name_format", "number", "output", "output_format", "tags",
                "visibility", "extra_data"}
 STATUSES = {"passed", "failed"}
-
-# A small run per mutant that holds its own check and some that must still pass beside it.
-RUNS = {"ring_whole_arrays": ["--only", "ring", "--processes", "3"],
-        "ring_hangs_small": ["--only", "ring", "--processes", "2", "--timeout", "3"],
-        "naive_overwrites_send": ["--only", "naive", "--processes", "2"],
-        "sync_drift": ["--only", "sync.completes,sync.replicas,sync.split,sync.exchange", "--processes", "2",
-                       "--epochs", "1", "--batches", "40"],
-        "async_blocking_recv": ["--only", "async.completes,async.batches,async.rules", "--processes", "2",
-                                "--epochs", "1", "--batches", "40"],
-        "async_rank0_partial": ["--only", "async.completes,async.model", "--processes", "4", "--epochs", "1"],
-        "async_worker_all_batches": ["--only", "async.completes,async.batches", "--processes", "4", "--epochs", "1",
-                                     "--batches", "40"],  # two workers: each does all 40
-        "syntax_error": ["--only", "files"],
-        # issue 33's mutants
-        "sync_no_broadcast": ["--only", "sync.completes,sync.replicas,sync.split,sync.exchange", "--processes", "2",
-                              "--epochs", "1", "--batches", "40"],
-        "ring_fails_at_one": ["--only", "ring", "--processes", "1,2"],
-        "async_crash_few_workers": ["--only", "async.completes", "--processes", "3", "--epochs", "1", "--batches",
-                                    "40"],
-        "ring_dropped_isend": ["--only", "ring,mpi", "--processes", "3"],
-        **{name: ["--only", "async.completes,async.batches,async.rules,mpi", "--processes", "2,4", "--epochs", "1",
-                  "--batches", "40"] for name in ("async_pending_irecv", "async_update_in_flight",
-                                                  "async_unreceived_stop")}}
-# A mutant without a small run above runs through every check that reads its file (as in test_check_submission).
-READ_BY = {"my_naive_allreduce.py": "files,naive", "my_ring_allreduce.py": "files,ring,sync",
-           "sync_network.py": "files,sync", "sync_network_collective.py": "files,sync",
-           "async_network.py": "files,async"}
-MPI_CHECKS = ",mpi" if any(check_id.startswith("mpi.") for check_id in CHECKS) else ""
-
-
-def mutant_run(name):
-    return RUNS.get(name) or ["--only", READ_BY[MUTANTS[name].file] + MPI_CHECKS, "--timeout", "3"]
 
 
 def check_gradescope_format(results):
@@ -143,15 +114,15 @@ def test_a_check_left_out_of_the_rubric_is_worth_nothing_and_said(tmp_path):
 
 # ----------------------------------------------------------------------------- whole submissions
 
-def test_the_correct_fixture_scores_full_marks_and_its_gradescope_file_is_well_formed(tmp_path):
-    results, summary = tmp_path / "results.json", tmp_path / "grades.csv"
-    code, record, stdout, _ = run_checker(CORRECT, "--gradescope", results, "--summary", summary)
+def test_the_correct_fixture_scores_full_marks_and_its_gradescope_file_is_well_formed(shared_checks):
+    checked = shared_checks.whole(CORRECT)
+    code, record, stdout = checked.code, checked.record, checked.stdout
     assert code == 0, stdout
     full = Rubric.default().maximum(None)
     assert (record["score"], record["max_score"]) == (full, full)
     assert stdout.startswith(f"# hw3 check: correct ({full:g}/{full:g} points)\n")
-    assert summary.read_text().splitlines()[1].startswith(f"correct,pass,{full},{full},,")
-    gradescope = json.loads(results.read_text())
+    assert checked.summary.splitlines()[1].startswith(f"correct,pass,{full},{full},,")
+    gradescope = checked.gradescope
     check_gradescope_format(gradescope)
     assert gradescope["score"] == full and len(gradescope["tests"]) == len(CHECKS)
     assert gradescope["execution_time"] == round(record["seconds"])
@@ -160,17 +131,17 @@ def test_the_correct_fixture_scores_full_marks_and_its_gradescope_file_is_well_f
 
 
 @pytest.mark.parametrize("name", list(MUTANTS))
-def test_each_mutant_loses_exactly_its_checks_points(tmp_path, name):
+def test_each_mutant_loses_exactly_its_checks_points(shared_checks, name):
     """Its own check fails and earns nothing, every other earns its points; a warning costs nothing."""
-    mutant, results = MUTANTS[name], tmp_path / "results.json"
-    code, record, stdout, _ = run_checker(build(name, str(tmp_path)), *mutant_run(name), "--gradescope", results)
+    mutant, checked = MUTANTS[name], shared_checks.mutant(name)
+    code, record, stdout = checked.code, checked.record, checked.stdout
     warned = {c["id"]: c["status"] for c in record["checks"]}[mutant.fails] == "warn"
     assert (code, record["failed"]) == ((0, []) if warned else (1, [mutant.fails])), stdout
     points = 0 if warned else Rubric.default().items[mutant.fails].points
     assert record["score"] == record["max_score"] - points, stdout
     lost = {c["id"]: c["max_points"] - c["points"] for c in record["checks"] if c["points"] != c["max_points"]}
     assert lost == ({} if warned else {mutant.fails: points})
-    gradescope = json.loads(results.read_text())
+    gradescope = checked.gradescope
     check_gradescope_format(gradescope)
     failed = [t for t in gradescope["tests"] if t["status"] == "failed"]
     assert [t["name"].split(":")[0] for t in failed] == ([] if warned else [mutant.fails])

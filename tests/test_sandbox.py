@@ -1,6 +1,11 @@
 """The sandbox: each hostile fixture is stopped and the sheet says by what; the host is unchanged outside
 the scratch folder, no connection leaves, no secret of the grader's environment gets in; without
-namespaces the limits still hold and the sheet says so."""
+namespaces the limits still hold and the sheet says so.
+
+Every hostile fixture is checked once, in one batch with the correct fixture last (as a course's batch
+would meet them): the tests of each read its record and sheet there, and the correct one's sheet is
+held against its sheet alone."""
+import collections
 import os
 import re
 import socket
@@ -19,6 +24,9 @@ from checking.running.sandbox import Sandbox, namespaces_available  # noqa: E402
 AVAILABLE, WHY = namespaces_available()
 needs_namespaces = pytest.mark.skipif(not AVAILABLE, reason=f"no unprivileged user namespaces here: {WHY}")
 SHORT = ("--only", "naive.agrees", "--processes", "2", "--timeout", "5")
+# The batch's: the stall timeout long enough for the memory fixture (touching 4 GiB logs nothing for a
+# while), the CPU limit short enough for the spinning one.
+BATCH = ("--only", "naive.agrees", "--processes", "2", "--timeout", "60", "--cpu-limit", "3")
 CANARY = "canary-7f3e9a1c-not-for-other-submissions"
 PWNED = os.path.join(PROJECT_DIR, "checking", "pwned.py")
 
@@ -48,15 +56,42 @@ class Listener:
         self.server.close()
 
 
-@pytest.fixture
-def host(tmp_path):
+def make_host(tmp_path):
     """A sibling submission with a canary file, a writable folder outside the scratch, a listener."""
     (tmp_path / "sibling").mkdir()
     (tmp_path / "sibling" / "secret.txt").write_text(CANARY)
     (tmp_path / "outside").mkdir()
-    listener = Listener()
-    yield tmp_path, listener
+    return tmp_path, Listener()
+
+
+@pytest.fixture
+def host(tmp_path):
+    folder, listener = make_host(tmp_path)
+    yield folder, listener
     listener.close()
+
+
+Batch = collections.namedtuple("Batch", "host listener code order records stdout stderr sheets alone")
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    """Every hostile fixture, then the correct one, checked in one run (BATCH), and the correct one alone."""
+    if not AVAILABLE:
+        pytest.skip(f"no unprivileged user namespaces here: {WHY}")
+    folder, listener = make_host(tmp_path_factory.mktemp("host"))
+    try:
+        folders = [build(name, str(folder), str(folder / "outside" / "pwned.txt"),
+                         str(folder / "sibling" / "secret.txt"), listener.port) for name in HOSTILE]
+        alone, sheets = folder / "alone.md", folder / "batch"
+        code, _, _, stderr = run_checker(CORRECT, *BATCH, "--sheet", str(alone), timeout=300)
+        assert code == 0, stderr[-3000:]
+        code, records, stdout, stderr = run_checker(*folders, CORRECT, *BATCH, "--sheet", str(sheets), timeout=900)
+        assert records is not None and len(records) == len(HOSTILE) + 1, stderr[-3000:]
+        yield Batch(folder, listener, code, [r["submission"] for r in records], {r["submission"]: r for r in records},
+                    stdout, stderr, sheets, alone.read_text())
+    finally:
+        listener.close()
 
 
 def run_hostile(name, tmp_path, port, *options):
@@ -74,20 +109,19 @@ def stopped_lines(sheet):
 
 @needs_namespaces
 @pytest.mark.parametrize("name", list(HOSTILE))
-def test_each_hostile_submission_is_stopped_and_the_sheet_says_by_what(host, name):
-    tmp_path, listener = host
-    extra = {"memory": ("--timeout", "60"),  # touching 4 GiB logs nothing for a while
-             "spin": ("--cpu-limit", "3")}.get(name, ())
-    code, record, sheet, stdout, stderr = run_hostile(name, tmp_path, listener.port, *extra)
-    assert code in (0, 1) and record is not None, f"the grader did not survive: {code}\n{stderr[-3000:]}"
+def test_each_hostile_submission_is_stopped_and_the_sheet_says_by_what(batch, name):
+    record = batch.records[name]
+    sheet = (batch.sheets / f"{name}.md").read_text()
+    assert record["verdict"] in ("pass", "fail"), f"the grader did not survive: {record}\n{batch.stderr[-3000:]}"
+    assert batch.code in (0, 1) and f"{name}: {record['verdict']}" in batch.stdout, batch.stdout
     assert record["isolation"] == "namespaces + limits" and "Isolation: namespaces + limits" in sheet
     found = stopped_lines(sheet)
     assert any(HOSTILE[name].expected in line for line in found), sheet
     assert any(HOSTILE[name].expected in line for job in record["jobs"] for line in job["stopped"])
-    everything = sheet + stdout + stderr + str(record)
+    everything = sheet + batch.stdout + batch.stderr + str(record)
     assert "sandbox breached" not in everything and CANARY not in everything
-    assert not (tmp_path / "outside" / "pwned.txt").exists() and not os.path.exists(PWNED)
-    assert listener.connections == []
+    assert not (batch.host / "outside" / "pwned.txt").exists() and not os.path.exists(PWNED)
+    assert batch.listener.connections == []
 
 
 @needs_namespaces
@@ -126,19 +160,10 @@ def test_no_sandbox_is_said_on_the_sheet_and_in_the_json():
 
 
 @needs_namespaces
-def test_in_a_batch_the_correct_submissions_sheet_is_as_when_it_runs_alone(host):
+def test_in_a_batch_the_correct_submissions_sheet_is_as_when_it_runs_alone(batch):
     """Every hostile fixture, then the correct one, in one run: the correct one's sheet is unchanged."""
-    tmp_path, listener = host
-    folders = [build(name, str(tmp_path), str(tmp_path / "outside" / "pwned.txt"),
-                     str(tmp_path / "sibling" / "secret.txt"), listener.port) for name in HOSTILE]
-    options = ("--only", "naive.agrees", "--processes", "2", "--timeout", "60", "--cpu-limit", "3")
-    alone, batch = tmp_path / "alone.md", tmp_path / "batch"
-    code, _, _, stderr = run_checker(CORRECT, *options, "--sheet", str(alone), timeout=300)
-    assert code == 0, stderr[-3000:]
-    code, records, _, stderr = run_checker(*folders, CORRECT, *options, "--sheet", str(batch), timeout=900)
-    assert records is not None and len(records) == len(HOSTILE) + 1, stderr[-3000:]
-
     def without_time(text):
         return re.sub(r" in \d+ s\.", "", text)
-    assert without_time((batch / "correct.md").read_text()) == without_time(alone.read_text())
-    assert records[-1]["verdict"] == "pass" and listener.connections == []
+    assert without_time((batch.sheets / "correct.md").read_text()) == without_time(batch.alone)
+    assert batch.order == list(HOSTILE) + ["correct"]
+    assert batch.records["correct"]["verdict"] == "pass" and batch.listener.connections == []

@@ -56,23 +56,6 @@ def last_line(text):
     return lines[-1] if lines else ""
 
 
-@pytest.fixture(scope="module")
-def slurm_env():
-    """Environment for srun against a freshly started local Slurm; stops it afterwards, always."""
-    environment = clean_environment()
-    try:
-        started = run(["bash", SCRIPT, "start"], START_TIMEOUT, environment)
-        if started.returncode == CANNOT_RUN:
-            pytest.skip(last_line(started.stderr).removeprefix("local_slurm: "))
-        assert started.returncode == 0, f"local_slurm.sh start failed:\n{started.stderr}"
-        export = last_line(started.stdout)  # export SLURM_CONF=<state>/slurm.conf
-        assert export.startswith("export SLURM_CONF="), started.stdout
-        yield clean_environment(SLURM_CONF=export.removeprefix("export SLURM_CONF="))
-    finally:
-        stopped = run(["bash", SCRIPT, "stop"], STOP_TIMEOUT, environment)
-        assert stopped.returncode == 0, f"local_slurm.sh stop failed:\n{stopped.stderr}"
-
-
 def srun(env, ranks, mpi, *command):
     """srun -n `ranks` --mpi=`mpi` `command` on the local Slurm -> CompletedProcess."""
     return run(["srun", "-n", str(ranks), f"--mpi={mpi}", "--time=5", "--kill-on-bad-exit=1", *command],
