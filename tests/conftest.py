@@ -18,6 +18,7 @@ PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MPI_TIMEOUT = 120  # seconds: a job still running then has hung, and the test fails
 sys.path.insert(0, os.path.join(PROJECT_DIR, "tests", "fixtures", "submissions"))
 from mutants import MUTANTS, build  # noqa: E402
+from local_slurm import CANNOT_RUN, SCRIPT, START_TIMEOUT, STOP_TIMEOUT, clean_environment, last_line, run  # noqa: E402
 
 
 def run_command(command, timeout=MPI_TIMEOUT, env=None):
@@ -243,7 +244,6 @@ def shared_checks(tmp_path_factory):
 def slurm_env():
     """Environment for srun and sbatch against one local Slurm (slurm/local_slurm.sh) shared by the session's
     tests: started on first use, stopped at the end, always; skipped, with the reason, where it cannot run."""
-    from test_slurm import CANNOT_RUN, SCRIPT, START_TIMEOUT, STOP_TIMEOUT, clean_environment, last_line, run
     environment = clean_environment()
     try:
         started = run(["bash", SCRIPT, "start"], START_TIMEOUT, environment)

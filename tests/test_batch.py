@@ -14,7 +14,7 @@ import time
 import pytest
 
 from conftest import PROJECT_DIR, run_python
-from test_slurm import run
+from local_slurm import run
 
 sys.path.insert(0, os.path.join(PROJECT_DIR, "tests", "fixtures", "submissions"))
 from mutants import CORRECT, build  # noqa: E402

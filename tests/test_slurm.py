@@ -8,52 +8,18 @@ and print a test accuracy (four times), so the communicator size is what the tes
 """
 import json
 import os
-import signal
-import subprocess
 import sys
 
 import pytest
 
 from conftest import PROJECT_DIR
+from local_slurm import run
 
-SCRIPT = os.path.join(PROJECT_DIR, "slurm", "local_slurm.sh")
 DATA_DIR = os.path.join(PROJECT_DIR, "data", "mnist")
-CANNOT_RUN = 77          # local_slurm.sh start: this machine cannot run Slurm (not root, no apt, ...)
-START_TIMEOUT = 420      # seconds; includes apt-get install on a machine without the packages
-STOP_TIMEOUT = 60
 SRUN_TIMEOUT = 120       # a job still running then has hung
 RANKS = 4
 QUICK = ["--epochs", "1", "--batches", "50", "--data-dir", DATA_DIR]
 SIZE_SCRIPT = "from mpi4py import MPI; print(MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size)"
-
-
-def clean_environment(**extra):
-    """os.environ without an enclosing job's SLURM_*/PMI_* variables (srun would join that job)."""
-    environment = {key: value for key, value in os.environ.items()
-                   if not key.startswith(("SLURM_", "PMI_", "PMIX_", "HYDRA_"))}
-    return dict(environment, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", **extra)
-
-
-def run(command, timeout, env):
-    """Run `command` in its own process group; on timeout end the group (TERM, then KILL) and fail."""
-    process = subprocess.Popen(command, cwd=PROJECT_DIR, env=env, text=True, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGTERM)  # srun forwards TERM to its tasks and ends the job
-        try:
-            stdout, stderr = process.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            stdout, stderr = process.communicate()
-        pytest.fail(f"hung: {' '.join(command)} still running after {timeout} s\n{stdout}\n{stderr}")
-    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
-
-
-def last_line(text):
-    lines = text.strip().splitlines()
-    return lines[-1] if lines else ""
 
 
 def srun(env, ranks, mpi, *command):
