@@ -202,6 +202,8 @@ def scaling(r, f):
     strong = fastest(r, (e for e in sync if e["scaling"] == "strong"))
     weak = fastest(r, (e for e in sync if e["scaling"] == "weak"))
     rule = fastest(r, (e for e in sync if e["scaling"] == "weak" and "capped" not in e["label"]))
+    shown_weak = fastest(r, r.series("sync ring weak"))  # hw3's Q4 quotes only the runs of Q2's table
+    f.update(shown_weak=shown_weak, shown_gustafson=shown_weak is not None and shown_weak["speedup"] > course["speedup"])
     f.update(strong_run=course, best_strong=strong, best_weak=weak, weak_rule_run=rule, course_fastest=course is strong,
              strong_faster=course["time"] < r.serial["time"], gustafson=weak["speedup"] > strong["speedup"],
              rule_beats_strong=rule is not None and rule["speedup"] > strong["speedup"])

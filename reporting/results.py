@@ -9,9 +9,10 @@ import statistics
 
 from reporting.model import CostModel, fit_exchange, fit_per_processes
 
-# A run whose final test accuracy is below this (%) diverged: serial reaches about 91 %, a network that answers one
-# digit for every image 9-11 %, and a run that ends between them has failed to train all the same.
-DIVERGED_BELOW = 50.0
+# A run whose final test accuracy is below this (%) diverged: a network that answers one digit for every image scores
+# that digit's share, about 10 %; below twice that a run has not trained (the checker's UNTRAINED_BELOW too), while a
+# run that ends higher, if below serial, is still learning and reads as such in the tables.
+DIVERGED_BELOW = 20.0
 
 
 def read_csv(path):
