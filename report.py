@@ -1,8 +1,8 @@
 """Run the course's experiments and write results/*.csv, the plots, results/REPORT.md and results/hw3.pdf.
 
 Usage:
-    python3 report.py                      # the whole matrix, 5 epochs: about 6 minutes on 2 cores
-    python3 report.py --repeats 3          # each configuration 3 times, figures of its median run: about 18 minutes
+    python3 report.py                      # the whole matrix, 5 epochs: about 9 minutes on 2 cores
+    python3 report.py --repeats 3          # each configuration 3 times, figures of its median run: 27 minutes on 2 cores (2026-11-26)
     python3 report.py --quick              # tiny settings, P <= 4, into results/quick/ (under a minute)
     python3 report.py --report-only        # refit the model, redraw the plots, REPORT.md and hw3.pdf from --out's CSVs
 
