@@ -45,7 +45,7 @@ def main():
     parser.add_argument("--out", default=os.path.join(PROJECT_DIR, "bench", "check_noise"))
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        scratch = Scratch(options.submission, data=write_data(os.path.join(folder, "mnist.npz")))
+        scratch = Scratch(options.submission, data=write_data(os.path.join(folder, "mnist")))
         try:
             serial = accuracies(scratch, "serial", options.seeds,
                                 ("--seeds", ",".join(map(str, range(1, options.seeds + 1)))))

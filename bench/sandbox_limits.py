@@ -98,7 +98,7 @@ def main():
     options = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as folder:
-        scratch = Scratch(options.submission, data=write_data(os.path.join(folder, "mnist.npz")))
+        scratch = Scratch(options.submission, data=write_data(os.path.join(folder, "mnist")))
         try:
             for task, processes, arguments in JOBS:
                 rows.append(run(scratch, task, processes, arguments))

@@ -85,7 +85,7 @@ def check_submission(options):
     """Check options.submissions[0] and write what the options ask for -> exit status (0 pass, 1 fail, 2 error)."""
     source = options.submissions[0]
     with tempfile.TemporaryDirectory(prefix="hw3-check-data-") as folder:
-        data = write_data(os.path.join(folder, "mnist.npz"))
+        data = write_data(os.path.join(folder, "mnist"))
         try:
             entry, sheet = check_one(source, options, data)
         except SubmissionError as error:
