@@ -10,7 +10,7 @@ import traceback
 import numpy as np
 import pytest
 
-from conftest import run_checker
+from conftest import run_checker, write_mnist_like
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "submissions"))
 from mutants import CORRECT  # noqa: E402
@@ -115,6 +115,25 @@ def test_the_recorders_binder_reads_every_call_as_inspect_binds_it(name):
         except TypeError:
             expected = None
         assert recording.binder(signature)(args, kwargs) == expected, (args, kwargs)
+
+
+def test_the_data_is_the_courses_form_and_a_rank_that_writes_into_it_changes_its_own_copy(tmp_path, monkeypatch):
+    """The driver maps the data the parent wrote: float64 pixels / 255 and float one-hot labels, as the
+    course's main.py hands them over, in plain writable arrays; a write lands in this mapping only."""
+    from checking.running.driver import load_data
+    from checking.running.jobs import write_data
+    from utils import load_mnist
+    (tmp_path / "idx").mkdir()
+    source = write_mnist_like(tmp_path / "idx", train_count=60, test_count=20)
+    monkeypatch.setenv("CHECK_DATA", write_data(str(tmp_path / "data"), source))
+    first, second = load_data(), load_data()
+    for (images, labels), (raw_images, raw_labels) in zip(first, load_mnist(source)):
+        assert type(images) is np.ndarray and images.dtype == np.float64 and labels.dtype == np.float64
+        assert np.array_equal(images, raw_images / 255.0) and np.array_equal(labels, raw_labels)
+    first[0][0][:] = 7.0
+    np.random.shuffle(first[0][1])
+    assert np.array_equal(second[0][0], load_mnist(source)[0][0] / 255.0)
+    assert np.array_equal(load_data()[0][1], load_mnist(source)[0][1])
 
 
 def test_the_sampled_digest_sees_an_in_place_update_of_a_large_layer():

@@ -112,13 +112,14 @@ def copy_top_level(source, target):
             shutil.copyfile(path, os.path.join(target, name))
 
 
-def write_data(path):
-    """The bundled MNIST as the course hands it over, one float64 .npy per array in folder `path`
-    ($CHECK_DATA): each rank maps the files (driver.load_data) instead of converting 70,000 images of its own."""
+def write_data(path, data_dir=None):
+    """The bundled MNIST (or the IDX files in `data_dir`) as the course hands it over, one float64 .npy per
+    array in folder `path` ($CHECK_DATA): each rank maps the files (driver.load_data) instead of converting
+    70,000 images of its own."""
     sys.path.insert(0, PROJECT_DIR)
     from utils import load_mnist
     os.makedirs(path)
-    for part, (images, labels) in zip(("train", "validation", "test"), load_mnist()):
+    for part, (images, labels) in zip(("train", "validation", "test"), load_mnist(data_dir)):
         np.save(os.path.join(path, f"{part}_images.npy"), images / 255.0)
         np.save(os.path.join(path, f"{part}_labels.npy"), np.eye(10)[np.argmax(labels, axis=1)])
     return path
