@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.join(PROJECT_DIR, "tests"), os.path.join(PROJECT_DIR, "tests", "fixtures", "submissions")]
+sys.path[:0] = [PROJECT_DIR, os.path.join(PROJECT_DIR, "tests"), os.path.join(PROJECT_DIR, "tests", "fixtures", "submissions")]
 from conftest import mutant_arguments  # noqa: E402
 from hostile import HOSTILE, build as build_hostile  # noqa: E402
 from mutants import CORRECT, CORRECT_B, MUTANTS, build as build_mutant  # noqa: E402
