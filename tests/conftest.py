@@ -173,6 +173,10 @@ MUTANT_PROCESSES = {  # the process counts that show each bug (and run every che
     "async_rank0_partial": "4", "async_crash_few_workers": "2,3",  # M = 2 on P = 3: fewer workers than masters
     "async_pending_irecv": "2,4", "async_update_in_flight": "2,4", "async_unreceived_stop": "2,4"}
 FULL_LENGTH = {"async_rank0_partial": "async.model"}  # mutant -> its check, a threshold judged at full length
+# A correct submission other than the correct fixture (whose whole check the grading tests read too) is
+# checked in two runs: the accuracy thresholds (and every rank's accuracy) at the full length, the rest at
+# SHORT. Asked for alone, the thresholds' runs record no calls (checks.RESULTS_ONLY).
+THRESHOLDS = "sync.accuracy,async.model,async.ranks"
 
 
 def mutant_arguments(name):
@@ -211,6 +215,13 @@ class SharedChecks:
     def whole(self, folder):
         """A submission checked whole, every check at the course's full length."""
         return self.run(os.path.basename(folder), folder)
+
+    def halves(self, key, submission, *arguments):
+        """-> (the thresholds checked at full length, every other check at SHORT): see THRESHOLDS."""
+        from checking.rules.checks import CHECKS
+        rest = ",".join(check for check in CHECKS if check not in THRESHOLDS.split(","))
+        return (self.run(f"{key}-thresholds", submission, *arguments, "--only", THRESHOLDS),
+                self.run(f"{key}-rest", submission, *arguments, "--only", rest, *SHORT))
 
     def mutant(self, name):
         """Mutant `name` through the checks that read its file (mutant_arguments)."""

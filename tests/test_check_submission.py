@@ -6,6 +6,7 @@ shared_checks): each is run once per session."""
 import csv
 import os
 import sys
+import types
 import zipfile
 
 import pytest
@@ -15,7 +16,7 @@ from conftest import FULL_LENGTH, PROJECT_DIR, SHORT, mutant_arguments, run_chec
 sys.path.insert(0, os.path.join(PROJECT_DIR, "tests", "fixtures", "submissions"))
 from mutants import CORRECT, CORRECT_B, MUTANTS, SKELETON, build  # noqa: E402
 
-from checking.rules.checks import CHECKS, Check  # noqa: E402
+from checking.rules.checks import CHECKS, Check, Run  # noqa: E402
 from checking.rules.report import check_report, questions_in_order  # noqa: E402
 from checking.running.jobs import FIVE_FILES, describe_waits  # noqa: E402
 from checking.rules.allreduce import elements_sent, predicted  # noqa: E402
@@ -58,37 +59,46 @@ def expected_statuses(name):
 
 # ----------------------------------------------------------------------------- whole submissions
 
-@pytest.mark.parametrize("folder", [CORRECT, CORRECT_B], ids=["correct", "correct_b"])
-def test_correct_fixture_passes_every_check_and_is_left_untouched(shared_checks, folder):
-    """Two students' correct hw3 in two styles: one per-layer messages and blocking-style waits, the other
-    flat buffers, its own communicator, a Waitany server with receives it cancels at the end, and a refusal
-    (a ValueError of its own) with fewer workers than masters. Checked whole, at the course's full length."""
-    checked = shared_checks.whole(folder)
-    code, record, stdout = checked.code, checked.record, checked.stdout
-    assert code == 0, stdout
-    found = statuses(record)
+def passes_every_check(runs, name):
+    """Checker runs of one submission that together asked for every check: each passed, and said so."""
+    found = {}
+    for checked in runs:
+        assert checked.code == 0, checked.stdout
+        assert checked.stdout.startswith(f"# hw3 check: {name}") and "**PASS**" in checked.stdout
+        lines = sum(line.startswith("| `") for line in checked.stdout.splitlines())
+        assert lines == len(checked.record["checks"])  # a line per check asked for
+        assert not set(found) & set(statuses(checked.record))  # no check asked for twice
+        found.update(statuses(checked.record))
+        assert checked.after == checked.before
     assert set(found) == set(CHECKS)
     assert {c for c, s in found.items() if s != "pass"} == set(INFORMATION), found
     assert found["async.ranks"] == "info" and found["timing"] == "skip"
-    assert stdout.startswith(f"# hw3 check: {os.path.basename(folder)}") and "**PASS**" in stdout
-    assert sum(line.startswith("| `") for line in stdout.splitlines()) == len(CHECKS)  # a line per check
-    assert checked.after == checked.before
-    if folder == CORRECT_B:
-        assert "M = 2, P = 3: refused" in stdout
 
 
-def test_this_projects_files_and_report_pass_every_check_as_the_course_receives_them(tmp_path):
-    """Our five files and results/hw3.pdf, zipped as the course's submission form, over our own base; checked
-    whole, at the course's full length."""
+def test_correct_fixture_passes_every_check_and_is_left_untouched(shared_checks):
+    """A student's correct hw3: per-layer messages and blocking-style waits. Checked whole, at the course's
+    full length (the run the grading tests read too)."""
+    passes_every_check([shared_checks.whole(CORRECT)], "correct")
+
+
+def test_a_correct_fixture_in_another_style_passes_every_check_and_is_left_untouched(shared_checks):
+    """Another student's correct hw3: flat buffers, its own communicator, a Waitany server with receives it
+    cancels at the end, and a refusal (a ValueError of its own) with fewer workers than masters. The
+    accuracy thresholds at the course's full length, the rest at SHORT (conftest.THRESHOLDS)."""
+    thresholds, rest = shared_checks.halves("correct_b", CORRECT_B)
+    passes_every_check([thresholds, rest], "correct_b")
+    assert "M = 2, P = 3: refused" in rest.stdout
+
+
+def test_this_projects_files_and_report_pass_every_check_as_the_course_receives_them(shared_checks, tmp_path):
+    """Our five files and results/hw3.pdf, zipped as the course's submission form, over our own base. The
+    accuracy thresholds at the course's full length, the rest at SHORT (conftest.THRESHOLDS)."""
     archive = tmp_path / "hw3.zip"
     with zipfile.ZipFile(archive, "w") as packed:
         for name in FIVE_FILES:
             packed.write(os.path.join(PROJECT_DIR, name), f"hw3/{name}")
         packed.write(os.path.join(PROJECT_DIR, "results", "hw3.pdf"), "hw3/hw3.pdf")
-    code, record, stdout, _ = check(str(archive), "--skeleton", PROJECT_DIR)
-    assert code == 0, stdout
-    found = statuses(record)
-    assert {c for c, s in found.items() if s != "pass"} == set(INFORMATION), found
+    passes_every_check(shared_checks.halves("project", str(archive), "--skeleton", PROJECT_DIR), "hw3")
 
 
 @pytest.mark.parametrize("name", list(MUTANTS))
@@ -249,3 +259,12 @@ def test_allreduce_cases_run_largest_first_and_products_stay_exact():
     product = next(c for c in cases if c.op == "product" and c.dtype == "float32" and c.size == 1000)
     inputs = [case_input(product, rank) for rank in range(8)]
     assert set(map(float, inputs[0])) <= {-2.0, -1.0, 1.0, 2.0}
+
+
+@pytest.mark.parametrize("only, records", [
+    ("sync.accuracy,async.model,async.ranks", False), ("sync.accuracy,report,files.present,timing", False),
+    ("async.model", False), ("sync.accuracy,sync.split", True), ("async", True), ("mpi.requests", True),
+    ("files", True), (None, True)])
+def test_the_runs_record_their_calls_unless_every_check_asked_for_reads_only_what_they_return(only, records):
+    options = types.SimpleNamespace(only=only.split(",") if only else None)
+    assert Run(FakeScratch(".", []), options, lambda check_id: "").records is records

@@ -1,6 +1,7 @@
 """check_submission.py's verdicts: MPI usage errors as correctness tools report them, a refusal only when it is
 deliberate, where replicas part, and PASS only when every check asked for ran (issue 33's rules, in process
 where they can be, through the checker where they cannot)."""
+import concurrent.futures
 import inspect
 import os
 import shutil
@@ -134,6 +135,25 @@ def test_the_data_is_the_courses_form_and_a_rank_that_writes_into_it_changes_its
     np.random.shuffle(first[0][1])
     assert np.array_equal(second[0][0], load_mnist(source)[0][0] / 255.0)
     assert np.array_equal(load_data()[0][1], load_mnist(source)[0][1])
+
+
+def test_the_data_is_written_once_for_every_job_and_checker_that_shares_its_folder(tmp_path):
+    """A batch's submissions share one data folder: the first job that trains writes it, under a lock, the
+    others find it whole; a folder left half written (a killed writer) is completed."""
+    from checking.running.jobs import DATA_PARTS, write_data
+    from utils import load_mnist
+    (tmp_path / "idx").mkdir()
+    source = write_mnist_like(tmp_path / "idx", train_count=30, test_count=10)
+    folder = str(tmp_path / "data")
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        assert set(pool.map(lambda _: write_data(folder, source), range(4))) == {folder}
+    written = {name: os.stat(os.path.join(folder, name)).st_mtime_ns for name in DATA_PARTS}
+    assert sorted(name for name in os.listdir(folder) if not name.startswith(".")) == sorted(DATA_PARTS)
+    write_data(folder, source)
+    assert {name: os.stat(os.path.join(folder, name)).st_mtime_ns for name in DATA_PARTS} == written
+    os.remove(os.path.join(folder, DATA_PARTS[-1]))
+    write_data(folder, source)
+    assert np.array_equal(np.load(os.path.join(folder, DATA_PARTS[-1])), np.eye(10)[load_mnist(source)[2][1].argmax(1)])
 
 
 def test_the_sampled_digest_sees_an_in_place_update_of_a_large_layer():

@@ -65,7 +65,8 @@ def run_local(todo, folder, shared, options, progress):
         while queue or running:
             for slot in [s for s in range(jobs) if s not in running][:len(queue)]:
                 source, name = queue.popleft()
-                running[slot] = Child(source, name, folder, shared, slots[slot], temporary_root)
+                running[slot] = Child(source, name, folder, shared, slots[slot], temporary_root,
+                                       os.path.join(temporary_root, "mnist"))
             time.sleep(0.2)
             for slot, child in list(running.items()):
                 if child.process.poll() is not None:

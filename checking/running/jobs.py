@@ -10,6 +10,7 @@ sandbox (sandbox.py): no network, a filesystem view of its own, limits per rank;
 which limit stopped which rank.
 """
 import collections
+import fcntl
 import json
 import os
 import shutil
@@ -25,7 +26,7 @@ import numpy as np
 from checking.running.sandbox import Sandbox, stops as sandbox_stops
 from checking.running.stall import StallClock
 
-__all__ = ["FIVE_FILES", "REPORT", "PROJECT_DIR", "Scratch", "SubmissionError", "submission_name", "write_data", "Job",
+__all__ = ["FIVE_FILES", "REPORT", "PROJECT_DIR", "Scratch", "SubmissionError", "submission_name", "write_data", "DATA_TASKS", "BATCH_DATA", "Job",
            "Outcome", "run_job", "read_jsonl", "open_calls", "describe_waits", "call_text", "last_error_line"]
 
 FIVE_FILES = ("sync_network_collective.py", "sync_network.py", "async_network.py", "my_naive_allreduce.py",
@@ -33,6 +34,7 @@ FIVE_FILES = ("sync_network_collective.py", "sync_network.py", "async_network.py
 REPORT = "hw3.pdf"
 UNRECORDED_STALL = 60.0  # seconds without output before a job that records no calls is declared hung
 STARTUP_STALL = 30.0  # seconds a recorded job may start (interpreter, numpy, MPI, MNIST) before its first line
+BATCH_DATA = "HW3_BATCH_DATA"  # environment: a batch's data folder, shared by its submissions' checkers
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the whole `checking` package
 PROJECT_DIR = os.path.dirname(PACKAGE_DIR)
 
@@ -112,16 +114,30 @@ def copy_top_level(source, target):
             shutil.copyfile(path, os.path.join(target, name))
 
 
+DATA_TASKS = ("serial", "sync", "async")  # the driver's tasks that train, so read MNIST ($CHECK_DATA)
+DATA_PARTS = [f"{part}_{kind}.npy" for part in ("train", "validation", "test") for kind in ("images", "labels")]
+
+
 def write_data(path, data_dir=None):
     """The bundled MNIST (or the IDX files in `data_dir`) as the course hands it over, one float64 .npy per
-    array in folder `path` ($CHECK_DATA): each rank maps the files (driver.load_data) instead of converting
-    70,000 images of its own."""
-    sys.path.insert(0, PROJECT_DIR)
-    from utils import load_mnist
-    os.makedirs(path)
-    for part, (images, labels) in zip(("train", "validation", "test"), load_mnist(data_dir)):
-        np.save(os.path.join(path, f"{part}_images.npy"), images / 255.0)
-        np.save(os.path.join(path, f"{part}_labels.npy"), np.eye(10)[np.argmax(labels, axis=1)])
+    array in folder `path` ($CHECK_DATA), unless they are there already -> path. Each rank maps the files
+    (driver.load_data) instead of converting 70,000 images of its own.
+
+    Written when the first job that trains starts (DATA_TASKS; the other checks never read it), and once
+    for a whole batch when its submissions share the folder: a lock keeps two writers apart, and each file
+    appears whole (written aside, then renamed)."""
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if all(os.path.exists(os.path.join(path, name)) for name in DATA_PARTS):
+            return path
+        sys.path.insert(0, PROJECT_DIR)
+        from utils import load_mnist
+        for part, (images, labels) in zip(("train", "validation", "test"), load_mnist(data_dir)):
+            for kind, array in (("images", images / 255.0), ("labels", np.eye(10)[np.argmax(labels, axis=1)])):
+                aside = os.path.join(path, f".{part}_{kind}.npy")
+                np.save(aside, array)
+                os.replace(aside, os.path.join(path, f"{part}_{kind}.npy"))
     return path
 
 
@@ -140,6 +156,8 @@ def run_job(scratch, job, stall, limit, record=True, sandbox=None):
     """
     stall = stall if record else max(stall, UNRECORDED_STALL)
     sandbox = sandbox or default_sandbox()
+    if job.task in DATA_TASKS:
+        write_data(scratch.data)
     from utils import mpiexec_command  # this project's launcher (the mpich wheel's beside this Python)
     log_dir = scratch.job_dir(job.name)
     rank = [sys.executable, "-m", "checking.running.driver", job.task, "--log-dir", log_dir,

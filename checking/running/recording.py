@@ -76,12 +76,14 @@ for _names, _kind in ((_POINT_TO_POINT_BLOCKING, "p2p-blocking"), (_POINT_TO_POI
 BLOCKING_KINDS = ("p2p-blocking", "collective", "communicator", "wait")  # these log when they return
 WAITS = ("Wait", "wait", "Waitall", "waitall", "Waitany", "waitany", "Waitsome", "waitsome")
 TESTS = ("Test", "test", "Testall", "testall", "Testany", "testany", "Testsome", "testsome", "Get_status")
-TRACKED = ("Isend Irecv Issend Ibsend Irsend Isendrecv Isendrecv_replace isend irecv issend ibsend").split()
+TRACKED = frozenset("Isend Irecv Issend Ibsend Irsend Isendrecv Isendrecv_replace isend irecv issend ibsend".split())
 SWEEP_EVERY = 64  # tracked requests between two looks for requests the submission has dropped
 DIGEST_SAMPLES = 1024  # 8-byte words a send buffer's digest reads: enough to see an in-place update
 DIGEST_FIRST, DIGEST_EVERY = 8, 16  # per line of the submission: the first sends are digested, then one in 16
 
 _recorder = None  # the process's Recorder, once install() has run
+_encode = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps with separators builds an encoder per call
+_dtype_names = {}  # dtype -> its name (numpy works the name out afresh each time it is asked)
 
 
 def kind_of(name):
@@ -110,7 +112,7 @@ class Recorder:
         self.comms = []  # weak references to the recorded communicators (the driver drains each)
 
     def write(self, record):
-        os.write(self.fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
+        os.write(self.fd, (_encode(record) + "\n").encode())
 
     def begin(self, name, kind, fields):
         """Log the start of a call -> its id."""
@@ -321,13 +323,20 @@ def buffer_elements(buffer):
         return None, None
     if isinstance(buffer, (list, tuple)) and buffer and isinstance(buffer[0], np.ndarray):
         array, count = buffer[0], next((b for b in buffer[1:] if isinstance(b, (int, np.integer))), None)
-        return int(count if count is not None else array.size), array.dtype.name
+        return int(count if count is not None else array.size), dtype_name(array.dtype)
     if isinstance(buffer, np.ndarray):
-        return int(buffer.size), buffer.dtype.name
+        return int(buffer.size), dtype_name(buffer.dtype)
     try:
         return memoryview(buffer).nbytes, "bytes"
     except TypeError:
         return 1, "object"
+
+
+def dtype_name(dtype):
+    name = _dtype_names.get(dtype)
+    if name is None:
+        name = _dtype_names[dtype] = dtype.name
+    return name
 
 
 def binder(signature):
