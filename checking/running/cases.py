@@ -21,7 +21,7 @@ import collections
 
 import numpy as np
 
-__all__ = ["Case", "allreduce_cases", "allreduce_sizes", "size_class", "case_input", "tolerance", "ALGORITHMS", "OPS",
+__all__ = ["Case", "allreduce_cases", "allreduce_sizes", "size_class", "case_input", "exact", "tolerance", "ALGORITHMS", "OPS",
            "SETTINGS", "SERIAL_SEEDS", "SEED", "UNTRAINED_BELOW", "rank_seed"]
 
 ALGORITHMS = {"naive": ("my_naive_allreduce", "allreduce"), "ring": ("my_ring_allreduce", "ringallreduce")}
@@ -116,10 +116,15 @@ def op_reference(op):
     return {**OPS, **CONTRACT_OPS}[op][1]
 
 
+def exact(case):
+    """Whether the result must equal MPI's bit for bit: integers, max, min, products of small integers."""
+    return bool(np.issubdtype(np.dtype(case.dtype), np.integer) or op_reference(case.op) != "SUM")
+
+
 def tolerance(case, magnitude, processes):
-    """Elementwise bound on |result - MPI's|, or None when they must be equal (integers, max, min,
-    products of small integers). A float sum of P terms in another order differs by at most about
-    (P - 1) eps sum_r |x_r|; magnitude = sum_r |x_r| (MPI's Allreduce of |send|) -> 2 P eps magnitude."""
-    if np.issubdtype(np.dtype(case.dtype), np.integer) or op_reference(case.op) != "SUM":
+    """Elementwise bound on |result - MPI's|, or None when they must be equal (exact). A float sum of P
+    terms in another order differs by at most about (P - 1) eps sum_r |x_r|; magnitude = sum_r |x_r| (MPI's
+    Allreduce of |send|, taken for these cases only) -> 2 P eps magnitude."""
+    if exact(case):
         return None
     return 2 * processes * np.finfo(case.dtype).eps * magnitude
