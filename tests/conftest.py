@@ -194,10 +194,12 @@ Checked = collections.namedtuple("Checked", "submission code record stdout stder
 
 class SharedChecks:
     """check_submission.py runs that several tests read, each made once per session (on first use), with a
-    Gradescope file and a CSV row beside its JSON record and sheet."""
+    Gradescope file and a CSV row beside its JSON record and sheet. The correct fixture's whole check runs as
+    a user's first check does; the others share a --cache (the data, each skeleton's serial baseline)."""
 
     def __init__(self, folder):
         self.folder, self.done = str(folder), {}
+        self.cache = os.path.join(self.folder, "cache")
 
     def run(self, key, submission, *arguments, timeout=600):
         """check_submission.py SUBMISSION ARGUMENTS, once per key -> Checked."""
@@ -220,14 +222,15 @@ class SharedChecks:
         """-> (the thresholds checked at full length, every other check at SHORT): see THRESHOLDS."""
         from checking.rules.checks import CHECKS
         rest = ",".join(check for check in CHECKS if check not in THRESHOLDS.split(","))
-        return (self.run(f"{key}-thresholds", submission, *arguments, "--only", THRESHOLDS),
-                self.run(f"{key}-rest", submission, *arguments, "--only", rest, *SHORT))
+        return (self.run(f"{key}-thresholds", submission, *arguments, "--only", THRESHOLDS, "--cache", self.cache),
+                self.run(f"{key}-rest", submission, *arguments, "--only", rest, *SHORT, "--cache", self.cache))
 
     def mutant(self, name):
         """Mutant `name` through the checks that read its file (mutant_arguments)."""
         if name not in self.done:
             build(name, os.path.join(self.folder, "mutants"))
-        return self.run(name, os.path.join(self.folder, "mutants", name), *mutant_arguments(name))
+        return self.run(name, os.path.join(self.folder, "mutants", name), *mutant_arguments(name),
+                        "--cache", self.cache)
 
 
 def read_json(path):

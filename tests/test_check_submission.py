@@ -5,6 +5,7 @@ The correct fixture's whole check and each mutant's are shared with tests/test_g
 shared_checks): each is run once per session."""
 import csv
 import os
+import re
 import sys
 import types
 import zipfile
@@ -90,6 +91,22 @@ def test_a_correct_fixture_in_another_style_passes_every_check_and_is_left_untou
     assert "M = 2, P = 3: refused" in rest.stdout
 
 
+def test_the_cache_gives_back_the_serial_baseline_the_skeleton_trains(shared_checks):
+    """Three checks over one skeleton: the correct fixture's alone, correct_b's thresholds the first into the
+    session's --cache, then a mutant of correct/ (other five files) that finds the baseline there and runs
+    no serial job of its own. All three judge against the same serial figure (the seeds fix it)."""
+    def serial(checked):
+        entry = next(c for c in checked.record["checks"] if c["id"] == "async.model")
+        figures = set(re.findall(r"serial(?:'s)? (\d+\.\d+) %", " ".join([entry["summary"], *entry["details"]])))
+        assert len(figures) == 1, entry
+        return figures.pop(), "serial" in [job["name"] for job in checked.record["jobs"]]
+
+    trained, cached = shared_checks.whole(CORRECT), shared_checks.halves("correct_b", CORRECT_B)[0]
+    mutant = shared_checks.mutant("async_rank0_partial")
+    assert serial(trained)[1] and serial(cached)[1] and not serial(mutant)[1]
+    assert serial(trained)[0] == serial(cached)[0] == serial(mutant)[0]
+
+
 def test_this_projects_files_and_report_pass_every_check_as_the_course_receives_them(shared_checks, tmp_path):
     """Our five files and results/hw3.pdf, zipped as the course's submission form, over our own base. The
     accuracy thresholds at the course's full length, the rest at SHORT (conftest.THRESHOLDS)."""
@@ -173,6 +190,7 @@ def test_several_submissions_give_one_csv_row_and_one_sheet_each(tmp_path):
     ([os.path.join(PROJECT_DIR, "docs")], "no network.py beside the five files"),
     ([CORRECT, "--processes", "0"], "process counts must be at least 1"),
     ([CORRECT, "--only", "ring.speed"], "unknown check(s) ring.speed"),
+    ([CORRECT, "--cache", "/proc/hw3-cache"], "--cache /proc/hw3-cache: "),
 ])
 def test_what_cannot_be_checked_ends_with_one_line_and_exit_2(arguments, message):
     result = run_python("check_submission.py", *arguments, timeout=60)

@@ -61,12 +61,13 @@ def run_local(todo, folder, shared, options, progress):
     print(f"check_submission.py: {len(todo)} to check, {jobs} at a time, on cores "
           f"{' | '.join(','.join(map(str, sorted(slot))) for slot in slots)}", file=sys.stderr)
     temporary_root = tempfile.mkdtemp(prefix="hw3-batch-")
+    # Without --cache, the batch's own: the data and each skeleton's serial baseline made once for all of it.
+    own = shared if options.cache else shared + ["--cache", os.path.join(temporary_root, "cache")]
     try:
         while queue or running:
             for slot in [s for s in range(jobs) if s not in running][:len(queue)]:
                 source, name = queue.popleft()
-                running[slot] = Child(source, name, folder, shared, slots[slot], temporary_root,
-                                       os.path.join(temporary_root, "mnist"))
+                running[slot] = Child(source, name, folder, own, slots[slot], temporary_root)
             time.sleep(0.2)
             for slot, child in list(running.items()):
                 if child.process.poll() is not None:

@@ -17,7 +17,7 @@ import tempfile
 
 from checking.grading.outputs import write_whole
 from checking.grading.sheet import error_record
-from checking.running.jobs import BATCH_DATA, PROJECT_DIR
+from checking.running.jobs import PROJECT_DIR
 from checking.running.stall import process_tree
 
 __all__ = ["Child", "BatchError", "CORES_PER_SUBMISSION", "default_jobs", "core_slots", "shared_arguments",
@@ -82,16 +82,13 @@ def kill_tree(pid):
 
 
 class Child:
-    """One submission's check_submission.py, pinned to `cores` (None: as started), in a TMPDIR of its own;
-    `data`: the batch's MNIST folder, written once for all its submissions (None: its own)."""
+    """One submission's check_submission.py, pinned to `cores` (None: as started), in a TMPDIR of its own."""
 
-    def __init__(self, source, name, folder, shared, cores, temporary_root, data=None):
+    def __init__(self, source, name, folder, shared, cores, temporary_root):
         self.source, self.name, self.folder = source, name, folder
         self.tmp = tempfile.mkdtemp(prefix=f"{name}-", dir=temporary_root)
         environment = {key: value for key, value in os.environ.items() if not key.startswith(SCHEDULER_VARIABLES)}
         environment["TMPDIR"] = self.tmp  # its scratch copies: removed with it, even when it is killed
-        if data is not None:
-            environment[BATCH_DATA] = data
         self.stderr = open(os.path.join(self.tmp, "stderr.txt"), "w+")
         command = [sys.executable, CHECKER, source, *shared, "--json", os.path.join(folder, name + ".json"),
                    "--sheet", os.path.join(folder, name + ".md")]

@@ -71,6 +71,8 @@ def parse(argv):
                         help="mini-batches per epoch (the thresholds assume the default, %(default)s)")
     parser.add_argument("--matrix", choices=("course", "contract"), default="course",
                         help="contract: this project's stricter allreduce contract (SPEC section 2)")
+    parser.add_argument("--cache", metavar="DIR", help="keep the course's data and each skeleton's serial "
+                        "baseline in DIR for later checks to reuse (a batch keeps its own for all its submissions)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folders (their paths are printed)")
     parser.add_argument("--rubric", metavar="FILE", help="points per check, TOML (default: the assignment's "
                         "parts, docs/rubric.toml)")
@@ -96,6 +98,12 @@ def parse(argv):
         options.rubric = Rubric.read(options.rubric) if options.rubric else Rubric.default()
     except RubricError as error:
         parser.error(f"--rubric {error}")
+    if options.cache is not None:
+        options.cache = os.path.abspath(options.cache)  # the sandbox binds its data at this path
+        try:
+            os.makedirs(options.cache, exist_ok=True)
+        except OSError as error:
+            parser.error(f"--cache {options.cache}: {error.strerror}")
     options.batch = len(options.submissions) > 1 or options.jobs is not None or options.slurm
     if options.gradescope and len(options.submissions) > 1:
         parser.error("--gradescope writes one submission's results: give one")

@@ -16,7 +16,7 @@ from checking.grading.sheet import error_record, markdown, record, write_summary
 from checking.rules.assignment import check_all
 from checking.rules.checks import Run
 from checking.running.cases import SETTINGS
-from checking.running.jobs import BATCH_DATA, Scratch, SubmissionError
+from checking.running.jobs import Scratch, SubmissionError, data_folder
 from checking.running.sandbox import MODES
 
 __all__ = ["check_submission", "check_one", "reproducer", "settings_text"]
@@ -85,7 +85,7 @@ def check_submission(options):
     """Check options.submissions[0] and write what the options ask for -> exit status (0 pass, 1 fail, 2 error)."""
     source = options.submissions[0]
     with tempfile.TemporaryDirectory(prefix="hw3-check-data-") as folder:
-        data = os.environ.get(BATCH_DATA) or os.path.join(folder, "mnist")  # filled by the first job that trains
+        data = data_folder(options.cache or folder)  # filled by the first job that trains (jobs.write_data)
         os.makedirs(data, exist_ok=True)
         try:
             entry, sheet = check_one(source, options, data)

@@ -14,9 +14,16 @@ and 2 on 3. From the recorded calls and the driver's markers (a back_prop marker
                     thread), and no collective more often than twice per epoch: epoch ends may
                     validate or agree, the per-mini-batch protocol may not
 """
+import hashlib
+import json
+import os
 import statistics
+import sys
+
+import numpy as np
 
 from checking.running.cases import SERIAL_SEEDS, SETTINGS, UNTRAINED_BELOW
+from checking.running.jobs import FIVE_FILES, REPORT, exclusive
 from checking.rules.checks import CHECKS
 
 __all__ = ["check_training", "steps", "training_window"]
@@ -26,6 +33,7 @@ SYNC_PROCESSES, FULL_SYNC_PROCESSES = (2, 4), (2, 4, 8)
 ASYNC_RUNS = ((1, 2), (2, 4), (2, 3))  # (masters, processes)
 SYNC_BELOW_SERIAL, ASYNC_BELOW_SERIAL = 1.5, 3.0  # points of test accuracy
 COLLECTIVES_PER_EPOCH = 2
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def settings_arguments(run):
@@ -43,10 +51,28 @@ def check_training(run):
 
 def serial_baseline(run):
     """-> (mean test accuracy of the submission's serial network over SERIAL_SEEDS, the accuracies), or
-    (None, why) when it cannot run."""
+    (None, why) when it cannot run. With --cache, a baseline made before from the same files is read back
+    (baseline_key): the serial network depends on the skeleton, not on the five files."""
     reason = run.missing("network")
     if reason:
         return None, reason
+    if run.options.cache is None:
+        return train_serial(run)
+    path = os.path.join(run.options.cache, f"serial-{baseline_key(run)}.json")
+    with exclusive(path + ".lock"):  # a batch's other submissions wait for it rather than train it again
+        if os.path.exists(path):
+            with open(path) as f:
+                accuracies = json.load(f)["accuracies"]
+            return statistics.mean(accuracies), accuracies
+        serial = train_serial(run)
+        if serial[0] is not None:
+            with open(path + ".part", "w") as f:
+                json.dump({"accuracies": serial[1]}, f)
+            os.replace(path + ".part", path)
+    return serial
+
+
+def train_serial(run):
     seeds = ",".join(map(str, SERIAL_SEEDS))
     outcome = run.job("serial", "serial", len(SERIAL_SEEDS), "--seeds", seeds, *settings_arguments(run))
     accuracies = [r["accuracy"] for rank in outcome.results for r in rank if "accuracy" in r]
@@ -54,6 +80,22 @@ def serial_baseline(run):
         errors = [f"{r['error']} at {r.get('at')}" for rank in outcome.results for r in rank if "error" in r]
         return None, "the serial NeuralNetwork did not train: " + ("; ".join(errors[:1]) or outcome.status)
     return statistics.mean(accuracies), accuracies
+
+
+def baseline_key(run):
+    """A digest of all a serial baseline depends on: the files it runs (all in the scratch folder but the
+    five and hw3.pdf), the settings and seeds, the data, this driver and the interpreter and numpy."""
+    hasher = hashlib.blake2b(digest_size=16)
+    hasher.update(repr((SERIAL_SEEDS, run.options.epochs, run.options.batches, SETTINGS, run.scratch.data,
+                        sys.version, np.__version__)).encode())
+    work = run.scratch.work
+    files = sorted(os.path.relpath(os.path.join(root, name), work) for root, _, names in os.walk(work)
+                   for name in names)
+    for label, path in [(name, os.path.join(HERE, "..", "running", name)) for name in ("driver.py", "cases.py")] + \
+            [(name, os.path.join(work, name)) for name in files if name not in FIVE_FILES + (REPORT,)]:
+        with open(path, "rb") as f:
+            hasher.update(label.encode() + b"\0" + f.read())
+    return hasher.hexdigest()
 
 
 # ----------------------------------------------------------------------------- what the logs show

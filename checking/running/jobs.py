@@ -10,7 +10,9 @@ sandbox (sandbox.py): no network, a filesystem view of its own, limits per rank;
 which limit stopped which rank.
 """
 import collections
+import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -26,7 +28,7 @@ import numpy as np
 from checking.running.sandbox import Sandbox, stops as sandbox_stops
 from checking.running.stall import StallClock
 
-__all__ = ["FIVE_FILES", "REPORT", "PROJECT_DIR", "Scratch", "SubmissionError", "submission_name", "write_data", "DATA_TASKS", "BATCH_DATA", "Job",
+__all__ = ["FIVE_FILES", "REPORT", "PROJECT_DIR", "Scratch", "SubmissionError", "submission_name", "write_data", "data_folder", "exclusive", "DATA_TASKS", "Job",
            "Outcome", "run_job", "read_jsonl", "open_calls", "describe_waits", "call_text", "last_error_line"]
 
 FIVE_FILES = ("sync_network_collective.py", "sync_network.py", "async_network.py", "my_naive_allreduce.py",
@@ -34,7 +36,6 @@ FIVE_FILES = ("sync_network_collective.py", "sync_network.py", "async_network.py
 REPORT = "hw3.pdf"
 UNRECORDED_STALL = 60.0  # seconds without output before a job that records no calls is declared hung
 STARTUP_STALL = 30.0  # seconds a recorded job may start (interpreter, numpy, MPI, MNIST) before its first line
-BATCH_DATA = "HW3_BATCH_DATA"  # environment: a batch's data folder, shared by its submissions' checkers
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the whole `checking` package
 PROJECT_DIR = os.path.dirname(PACKAGE_DIR)
 
@@ -118,6 +119,29 @@ DATA_TASKS = ("serial", "sync", "async")  # the driver's tasks that train, so re
 DATA_PARTS = [f"{part}_{kind}.npy" for part in ("train", "validation", "test") for kind in ("images", "labels")]
 
 
+def data_folder(parent):
+    """The folder under `parent` for the bundled MNIST in the course's form, named by a digest of the files it
+    is made from (a cache kept across checks holds the right data after they change)."""
+    sys.path.insert(0, PROJECT_DIR)
+    from utils import mnist_dir
+    hasher = hashlib.blake2b(digest_size=8)
+    source = mnist_dir(None)
+    for name in sorted(os.listdir(source)) if os.path.isdir(source) else ():  # none: load_mnist says so later
+        if os.path.isfile(os.path.join(source, name)):
+            with open(os.path.join(source, name), "rb") as f:
+                hasher.update(name.encode() + f.read())
+    return os.path.join(parent, f"mnist-{hasher.hexdigest()}")
+
+
+@contextlib.contextmanager
+def exclusive(path):
+    """Hold an exclusive lock on file `path` (made if missing): one writer at a time of a folder that several
+    checks share (a batch's, or --cache)."""
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def write_data(path, data_dir=None):
     """The bundled MNIST (or the IDX files in `data_dir`) as the course hands it over, one float64 .npy per
     array in folder `path` ($CHECK_DATA), unless they are there already -> path. Each rank maps the files
@@ -127,8 +151,7 @@ def write_data(path, data_dir=None):
     for a whole batch when its submissions share the folder: a lock keeps two writers apart, and each file
     appears whole (written aside, then renamed)."""
     os.makedirs(path, exist_ok=True)
-    with open(os.path.join(path, ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with exclusive(os.path.join(path, ".lock")):
         if all(os.path.exists(os.path.join(path, name)) for name in DATA_PARTS):
             return path
         sys.path.insert(0, PROJECT_DIR)
