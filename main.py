@@ -355,12 +355,14 @@ def train(args, comm):
         network.trace_into(Tracer())
     if args.checkpoint:
         signal.signal(signal.SIGTERM, lambda signum, frame: setattr(network, "stop_requested", True))
-    start = time.perf_counter()
+    start, cores_before = time.perf_counter(), core_times()
     network.fit(training_data, validation_data, checkpoint=args.checkpoint)
     elapsed = time.perf_counter() - start
+    cores = [None if b is None or a is None else a - b for a, b in zip(core_times(), cores_before)]
     if args.trace:
         network.tracer.write(args.trace, comm, network.track_name())
     memory = comm.gather(peak_rss_mb(), root=0) if comm is not None else [peak_rss_mb()]
+    cores = comm.gather(cores, root=0) if comm is not None else [cores]
     finished = network.epoch >= network.epochs  # the same on every rank
     correct = network.evaluate(test_data) if finished else None  # sync: every rank takes a share
     if not network.is_root:
@@ -375,7 +377,21 @@ def train(args, comm):
     if args.save:
         np.savez(args.save, params=network.params, sizes=np.array(network.sizes))
     if args.json:
-        write_record(args, network, seed, comm, elapsed, accuracy, memory)
+        answers = np.bincount(network.predict(test_data[0]), minlength=network.sizes[-1])
+        measured = {"cpu_time_per_rank": [c[0] for c in cores], "core_wait_per_rank": [c[1] for c in cores],
+                    "top_class": int(answers.argmax()), "top_class_share": float(answers.max() / answers.sum())}
+        write_record(args, network, seed, comm, elapsed, accuracy, memory, measured)
+
+
+def core_times():
+    """(seconds this process has run on a core, seconds it has waited, runnable, for one) from the kernel's
+    /proc/self/schedstat; elsewhere (its CPU time, None). Ranks sharing too few cores show in both."""
+    try:
+        with open("/proc/self/schedstat") as f:
+            ran, waited = f.read().split()[:2]
+        return int(ran) / 1e9, int(waited) / 1e9
+    except (OSError, ValueError):
+        return time.process_time(), None
 
 
 def departures(args, network):
@@ -407,8 +423,9 @@ def run_settings(args, network):
     return settings
 
 
-def write_record(args, network, seed, comm, elapsed, accuracy, memory):
-    """Write the --json record of the run."""
+def write_record(args, network, seed, comm, elapsed, accuracy, memory, measured):
+    """Write the --json record of the run; `measured`: its fields beside the statistics (each rank's
+    time on a core and waiting for one during fit, the share of test images given the most frequent answer)."""
     departed = departures(args, network)
     record = {
         "mode": args.mode,
@@ -424,6 +441,7 @@ def write_record(args, network, seed, comm, elapsed, accuracy, memory):
         "peak_rss_mb": max(memory),
         "peak_rss_mb_per_rank": memory,
         "statistics": network.statistics() if hasattr(network, "statistics") else {},
+        **measured,
     }
     with open(args.json, "w") as f:
         json.dump(record, f, indent=2)

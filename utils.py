@@ -5,14 +5,13 @@ laptop fit in memory; the network scales them a mini-batch at a time (see `as_in
 """
 __all__ = ["DataError", "sigmoid", "sigmoid_prime_from_activation", "init_parameters",
            "as_inputs", "as_targets", "one_hot", "load_mnist", "read_idx", "write_idx", "even_bounds",
-           "start_mpi", "launcher_rank", "peak_rss_mb", "mpiexec_command", "write_csv"]
+           "start_mpi", "launcher_rank", "peak_rss_mb", "write_csv"]
 
 import atexit
 import csv
 import gzip
 import os
 import resource
-import shutil
 import struct
 import sys
 
@@ -172,11 +171,17 @@ def write_idx(path, array, magic):
 
 # ----------------------------------------------------------------------------- process helpers
 
-def launcher_rank():
-    """This process's rank as told by the launcher's environment, 0 if none (no MPI import needed)."""
-    for variable in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
-        if variable in os.environ:
-            return int(os.environ[variable])
+# Where each launcher tells a rank its rank: MPICH's Hydra, Open MPI (both of its names), Slurm's srun.
+RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+
+
+def launcher_rank(environment=None):
+    """The rank a launcher told a process in `environment` (default this one's), 0 if none (no MPI import
+    needed). The first of RANK_VARIABLES wins, so srun's SLURM_PROCID under an inner mpiexec does not."""
+    environment = os.environ if environment is None else environment
+    for variable in RANK_VARIABLES:
+        if variable in environment:
+            return int(environment[variable])
     return 0
 
 
@@ -198,15 +203,6 @@ def start_mpi():
 def peak_rss_mb():
     """Peak resident memory of this process in MB (Linux reports ru_maxrss in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def mpiexec_command():
-    """The mpiexec beside this Python (the mpich wheel's in a venv), else the one on PATH."""
-    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    found = beside if os.access(beside, os.X_OK) else shutil.which("mpiexec")
-    if found is None:
-        raise FileNotFoundError("no mpiexec beside this Python or on PATH: pip install mpich")
-    return found
 
 
 def even_bounds(count, parts):

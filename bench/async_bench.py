@@ -39,7 +39,8 @@ PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_DIR)
 
 from network import NeuralNetwork  # noqa: E402
-from utils import load_mnist, mpiexec_command, write_csv  # noqa: E402
+from utils import load_mnist, write_csv  # noqa: E402
+from launcher import launcher as mpi_launcher  # noqa: E402
 
 REMEDY = {"shard": "balanced", "compensation": 4.0, "max_staleness": 3, "pipeline": "auto"}
 VARIANTS = {
@@ -85,7 +86,7 @@ def serial_steps_per_second(batches):
 
 def measure(variant, masters, workers, batches):
     """One mpiexec run -> its JSON record."""
-    command = [mpiexec_command(), "-n", str(masters + workers), sys.executable, os.path.abspath(__file__),
+    command = [*mpi_launcher().command(masters + workers), sys.executable, os.path.abspath(__file__),
                "--child", "--variant", variant, "--masters", str(masters), "--batches", str(batches)]
     result = subprocess.run(command, cwd=PROJECT_DIR, capture_output=True, text=True, timeout=1800)
     if result.returncode != 0:
@@ -110,7 +111,7 @@ def run_main(arguments, processes, seed):
     command = [sys.executable, os.path.join(PROJECT_DIR, "main.py"), *arguments, "--seed", str(seed),
                "--json", record]
     if processes > 1:
-        command = [mpiexec_command(), "-n", str(processes), *command]
+        command = [*mpi_launcher().command(processes), *command]
     result = subprocess.run(command, cwd=PROJECT_DIR, capture_output=True, text=True, timeout=1800)
     if result.returncode != 0:
         raise SystemExit(f"failed: {' '.join(command)}\n{result.stderr}")

@@ -19,7 +19,8 @@ import tempfile
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_DIR)
-from utils import mpiexec_command, write_csv  # noqa: E402
+from utils import write_csv  # noqa: E402
+from launcher import launcher as mpi_launcher  # noqa: E402
 
 MODES = {  # name -> (processes, main.py arguments); None: no mpiexec
     "serial": (None, ["serial"]),
@@ -40,7 +41,7 @@ DIVERGED = 20.0  # test accuracy (%) below which a run counts as diverged
 def run(mode, dtype, seed):
     """One main.py run -> its --json record."""
     processes, arguments = MODES[mode]
-    launcher = [] if processes is None else [mpiexec_command(), "-n", str(processes)]
+    launcher = [] if processes is None else [*mpi_launcher().command(processes)]
     with tempfile.TemporaryDirectory() as folder:
         record = os.path.join(folder, "run.json")
         command = launcher + [sys.executable, "main.py", *arguments, "--dtype", dtype, "--seed", str(seed),

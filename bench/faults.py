@@ -20,7 +20,7 @@ PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_DIR)
 sys.path.insert(0, os.path.join(PROJECT_DIR, "tests"))
 from conftest import stop_rank_and_wait, write_mnist_like  # noqa: E402
-from utils import mpiexec_command  # noqa: E402
+from launcher import launcher as mpi_launcher  # noqa: E402
 
 TIMEOUT = 120
 STALL_TIMEOUT = 5  # --stall-timeout of the stalled-rank cases
@@ -28,7 +28,7 @@ STALL_TIMEOUT = 5  # --stall-timeout of the stalled-rank cases
 
 def cases(data, corrupt):
     """(description, command) for every fault and bad input."""
-    mpi = [mpiexec_command(), "-n"]
+    mpi = [*mpi_launcher().command(0)[:-1]]  # "-n" last: the count follows
     python = sys.executable
     small = ["--epochs", "3", "--batches", "30", "--layers", "784,16,10", "--data-dir", data]
     fault = [python, "tests/fault_check.py"]
@@ -60,7 +60,7 @@ def stall_cases(data):
     long_run = [sys.executable, "main.py"]
     options = ["--epochs", "100000", "--batches", "300", "--layers", "784,32,10", "--data-dir", data,
                "--stall-timeout", str(STALL_TIMEOUT)]
-    mpi = [mpiexec_command(), "-n"]
+    mpi = [*mpi_launcher().command(0)[:-1]]  # "-n" last: the count follows
     return [
         ("rank 2 of 3 stopped (sync, ring)", mpi + ["3"] + long_run + ["sync"] + options, 2),
         ("rank 1 of 3 stopped (sync, MPI Allreduce)",

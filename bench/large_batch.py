@@ -34,7 +34,8 @@ PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_DIR)
 from large_batch import PRESETS, WEAK_PRESET, LargeBatchRule  # noqa: E402
 from network import NeuralNetwork  # noqa: E402
-from utils import load_mnist, mpiexec_command, write_csv  # noqa: E402
+from utils import load_mnist, write_csv  # noqa: E402
+from launcher import launcher as mpi_launcher  # noqa: E402
 
 LAYERS, LEARNING_RATE, BATCH, BATCHES, EPOCHS = [784, 128, 64, 10], 0.1, 16, 632, 5
 _preset = PRESETS[WEAK_PRESET]
@@ -68,7 +69,7 @@ def run_mpi(processes, seed, rule):
     """One real weak-scaling sync run -> its main.py --json record."""
     with tempfile.TemporaryDirectory() as folder:
         record = os.path.join(folder, "run.json")
-        command = [mpiexec_command(), "-n", str(processes), sys.executable, "main.py", "sync", "--scaling",
+        command = [*mpi_launcher().command(processes), sys.executable, "main.py", "sync", "--scaling",
                    "weak", "--exchange", "gradients", "--large-batch", rule, "--seed", str(seed), "--json", record]
         subprocess.run(command, cwd=PROJECT_DIR, check=True, stdout=subprocess.DEVNULL, timeout=600)
         with open(record) as f:

@@ -21,7 +21,7 @@ import tempfile
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_DIR)
-from utils import mpiexec_command  # noqa: E402
+from launcher import launcher as mpi_launcher  # noqa: E402
 
 
 def run(processes, mode, variant, seed):
@@ -31,7 +31,7 @@ def run(processes, mode, variant, seed):
         command = [sys.executable, "main.py", *mode, *shlex.split(variant), "--seed", str(seed),
                    "--json", record]
         if processes > 1:
-            command = [mpiexec_command(), "-n", str(processes), *command]
+            command = [*mpi_launcher().command(processes), *command]
         env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
         subprocess.run(command, cwd=PROJECT_DIR, env=env, check=True, capture_output=True, timeout=900)
         with open(record) as f:

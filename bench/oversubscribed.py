@@ -21,7 +21,8 @@ import tempfile
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_DIR)
-from utils import mpiexec_command, write_csv  # noqa: E402
+from utils import write_csv  # noqa: E402
+from launcher import launcher as mpi_launcher  # noqa: E402
 
 # What docs/async.md measured, when these were main.py's defaults (now its --many-workers).
 REMEDY = ["--shard", "balanced", "--compensation", "4", "--max-staleness", "3", "--pipeline", "auto"]
@@ -50,7 +51,7 @@ def run(processes, mode_args, args):
         command = [sys.executable, "main.py", *mode_args, "--epochs", str(args.epochs),
                    "--seed", str(args.seed), "--json", record]
         if processes > 1:
-            command = [mpiexec_command(), "-n", str(processes), *command]
+            command = [*mpi_launcher().command(processes), *command]
         env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
         subprocess.run(command, cwd=PROJECT_DIR, env=env, check=True, capture_output=True,
                        timeout=args.timeout)

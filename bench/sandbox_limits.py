@@ -25,7 +25,7 @@ PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_DIR)
 from checking.running.cases import SERIAL_SEEDS  # noqa: E402
 from checking.running.jobs import Scratch, write_data  # noqa: E402
-from utils import mpiexec_command  # noqa: E402
+from launcher import launcher as mpi_launcher  # noqa: E402
 
 JOBS = ([("imports", 5, ("--modules", "sync_network_collective,sync_network,async_network,my_naive_allreduce,"
                                       "my_ring_allreduce"))]
@@ -69,7 +69,7 @@ def rank_main(out_dir, argv):
 def run(scratch, task, processes, arguments):
     """One job, every rank under the wrapper -> the maxima over its ranks, and its wall time."""
     log_dir = scratch.job_dir(task)
-    command = [mpiexec_command(), "-n", str(processes), sys.executable, os.path.abspath(__file__), "--rank",
+    command = [*mpi_launcher().command(processes), sys.executable, os.path.abspath(__file__), "--rank",
                log_dir, "--", task, "--log-dir", log_dir, *arguments]
     environment = dict(os.environ, PYTHONPATH=scratch.checker, CHECK_DATA=scratch.data, OMP_NUM_THREADS="1",
                        OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")

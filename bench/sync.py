@@ -21,7 +21,8 @@ import tempfile
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_DIR)
-from utils import mpiexec_command, write_csv  # noqa: E402
+from utils import write_csv  # noqa: E402
+from launcher import launcher as mpi_launcher  # noqa: E402
 
 
 def run(processes, mode_args, epochs, seed):
@@ -31,7 +32,7 @@ def run(processes, mode_args, epochs, seed):
         command = [sys.executable, "main.py", *mode_args, "--epochs", str(epochs), "--seed", str(seed),
                    "--json", record]
         if mode_args[0] != "serial":
-            command = [mpiexec_command(), "-n", str(processes), *command]
+            command = [*mpi_launcher().command(processes), *command]
         env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
         subprocess.run(command, cwd=PROJECT_DIR, env=env, check=True, capture_output=True, timeout=1800)
         with open(record) as f:

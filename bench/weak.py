@@ -18,14 +18,15 @@ import tempfile
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT_DIR)
-from utils import mpiexec_command, write_csv  # noqa: E402
+from utils import write_csv  # noqa: E402
+from launcher import launcher as mpi_launcher  # noqa: E402
 
 VARIANTS = [(rule, exchange) for exchange in ("gradients", "auto") for rule in ("lars", "off")]
 
 
 def run(arguments, processes=None):
     """One main.py run -> its --json record."""
-    launcher = [] if processes is None else [mpiexec_command(), "-n", str(processes)]
+    launcher = [] if processes is None else [*mpi_launcher().command(processes)]
     with tempfile.TemporaryDirectory() as folder:
         record = os.path.join(folder, "run.json")
         subprocess.run(launcher + [sys.executable, "main.py", *arguments, "--json", record],

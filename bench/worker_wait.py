@@ -20,7 +20,7 @@ import tempfile
 
 PROJECT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, PROJECT)
-from utils import mpiexec_command  # noqa: E402
+from launcher import launcher as mpi_launcher  # noqa: E402
 
 RECEIVE_COPY = """
 import time, numpy as np
@@ -42,7 +42,7 @@ if comm.rank == 1:
 
 def on_two(*command):
     """The command line that runs `command` on 2 processes."""
-    return [mpiexec_command(), "-n", "2", sys.executable, *command]
+    return [*mpi_launcher().command(2), sys.executable, *command]
 
 
 def receive_copy():

@@ -1,8 +1,8 @@
 """The pieces of report.py, one concern per module.
 
-runs: the experiment matrix and running it (main.py, allreduce_test.py, traces) -> CSV rows.
-model: the compute micro-benchmark, the alpha-beta fits and the per-step cost model.
-results: the CSVs read back and aggregated per configuration.
-plots: the PNG figures.  render: the figures dictionary, rendered into the Jinja2 template REPORT.md.j2.
+quiet: whether the machine is quiet before a run.  runs: the experiment matrix and running it -> CSV rows.
+model: the micro-benchmarks, the alpha-beta-gamma fits and the cost model.
+results: the CSVs read back per configuration.  plots: the figures.
+render: the figures dictionary, rendered into REPORT.md.j2 and hw3.typ.j2.
 """
 __all__ = []

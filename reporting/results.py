@@ -1,5 +1,6 @@
-"""The CSVs of one report read back: each configuration represented by its median run, the cost model fitted to them."""
-__all__ = ["Results", "read_csv", "record_stem", "DIVERGED_BELOW"]
+"""The CSVs of one report read back: each configuration's runs by seed, represented by its median run, and the
+cost model fitted to them."""
+__all__ = ["Results", "read_csv", "record_stem", "COLLAPSED_FROM"]
 
 import ast
 import csv
@@ -9,14 +10,13 @@ import statistics
 
 from reporting.model import CostModel, fit_exchange, fit_per_processes
 
-# A run whose final test accuracy is below this (%) diverged: a network that answers one digit for every image scores
-# that digit's share, about 10 %; below twice that a run has not trained (the checker's UNTRAINED_BELOW too), while a
-# run that ends higher, if below serial, is still learning and reads as such in the tables.
-DIVERGED_BELOW = 20.0
+# A run collapsed (diverged) when its most frequent answer went to at least this share of the test images: the network
+# then answers one digit for (nearly) every image. main.py --json records the share (top_class_share).
+COLLAPSED_FROM = 0.9
 
 
 def read_csv(path):
-    """CSV rows as dictionaries: numbers and booleans converted, empty cells None; [] if there is no file."""
+    """CSV rows as dictionaries: numbers, lists and booleans converted, empty cells None; [] if there is no file."""
     if not os.path.exists(path):
         return []
     with open(path, newline="") as f:
@@ -24,7 +24,7 @@ def read_csv(path):
 
 
 def convert(text):
-    """'16' -> 16, '0.5' -> 0.5, 'True' -> True, '' -> None; any other text stays text."""
+    """'16' -> 16, '0.5' -> 0.5, 'True' -> True, '[1, 2]' -> [1, 2], '' -> None; any other text stays text."""
     try:
         return ast.literal_eval(text) if text else None
     except (ValueError, SyntaxError):
@@ -44,6 +44,11 @@ def group(rows, keys):
     return groups
 
 
+def collapsed(share):
+    """Whether a run with this top-class share collapsed; None where the share was not recorded."""
+    return None if share is None else share >= COLLAPSED_FROM
+
+
 class Results:
     """runs.csv, allreduce.csv, compute.csv and run_info.json of one output folder."""
 
@@ -58,10 +63,11 @@ class Results:
         self.machine, self.settings = self.info["machine"], self.info["settings"]
         self.cores = self.machine["cores"]
         self.configs = aggregate(self.runs)
-        self.fits = fit_exchange(self.allreduce, self.cores) if self.allreduce else {}
-        self.fits_by_p = fit_per_processes(self.allreduce)
+        reduce = [r for r in self.compute_rows if r["kind"] == "reduce"]
+        self.gamma = reduce[-1]["seconds"] / reduce[-1]["rows"] if reduce else None
+        self.fits = fit_exchange([r for r in self.allreduce if r["processes"] <= self.cores], self.gamma)
+        self.fits_by_p = fit_per_processes(self.allreduce, self.gamma)
         self.model = CostModel(self.compute_rows, self.fits, self.settings, self.cores)
-        self.model.calibrate([e for e in self.entries("sync") if e["processes"] <= self.cores])
         self.compare_with_serial()
 
     def get(self, label, processes):
@@ -105,14 +111,6 @@ class Results:
             known = serial is not None and entry["ok_runs"] and entry.get("time")
             entry["speedup"] = rate(entry) / rate(serial) if known else None
 
-    def diverged(self, accuracy):
-        """Training failed: a final test accuracy below DIVERGED_BELOW %, the report's one definition."""
-        return accuracy is not None and accuracy < DIVERGED_BELOW
-
-    def shared_evaluation(self):
-        """Whether the sync runs evaluate on every rank (their records then carry evaluation_time)."""
-        return any(e.get("evaluation_time") is not None for e in self.configs.values() if e["mode"] == "sync")
-
 
 def median_run(rows):
     """The successful run of median training time among `rows` (the lower middle one of an even count), or None."""
@@ -120,18 +118,27 @@ def median_run(rows):
     return ok[(len(ok) - 1) // 2] if ok else None
 
 
+def mean(values):
+    values = [v for v in values if v is not None]
+    return statistics.fmean(values) if values else None
+
+
 def aggregate(runs):
-    """(label, processes) -> the configuration's median run, its row as it is: every figure the report quotes of a
-    configuration (time, accuracy, staleness, per-epoch accuracies, console output) is that one run's. Beside it,
-    the test accuracy of each successful repeat by seed, and how many runs there were."""
+    """(label, processes) -> the configuration's median run, its row as it is: the figures the report quotes of one
+    run (time, accuracy, staleness, console output) are that run's. Beside it, its successful runs by seed and their
+    means, and whether each run collapsed (None where not recorded)."""
     configs = {}
     trainings = [r for r in runs if r["mode"] != "allreduce_test"]
     for key, rows in group(trainings, ("label", "processes")).items():
-        chosen = median_run(rows)
-        entry = dict(chosen or rows[0])
+        entry = dict(median_run(rows) or rows[0])
         ok = sorted((r for r in rows if r["status"] == "ok"), key=lambda r: r.get("seed") or 0)
+        shares = [r.get("top_class_share") for r in ok]
         epochs = entry.get("epoch_accuracy")  # '84.9;90.1' or a number
-        entry.update(runs=len(rows), ok_runs=len(ok), run_accuracies=[r["test_accuracy"] for r in ok],
+        entry.update(runs=len(rows), ok_runs=len(ok), seed_runs=ok, run_accuracies=[r["test_accuracy"] for r in ok],
+                     run_shares=shares, mean_time=mean(r["time"] for r in ok),
+                     mean_accuracy=mean(r["test_accuracy"] for r in ok),
+                     collapsed=collapsed(entry.get("top_class_share")),
+                     collapsed_runs=None if None in shares else sum(map(collapsed, shares)),
                      epoch_accuracy=[] if epochs is None else [float(a) for a in str(epochs).split(";") if a])
         configs[key] = entry
     return configs

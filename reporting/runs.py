@@ -4,7 +4,7 @@ A run that fails or hangs is a row with status "failed" and a one-line error: no
 one experiment broke, and a feature that has not landed yet (an option main.py rejects) is just a failed row.
 """
 __all__ = ["Experiment", "experiment_matrix", "main_command", "run_training", "run_allreduce_test",
-           "run_trace", "TRACES", "Progress", "machine_info", "ASYNC_VARIANTS", "MEASURED"]
+           "run_trace", "TRACES", "Progress", "machine_info", "ASYNC_VARIANTS"]
 
 import json
 import os
@@ -18,33 +18,28 @@ import time
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from reporting.model import SERIES
+import main
 from reporting.results import read_csv, record_stem
-from utils import mpiexec_command
+from launcher import launch_failure, launcher as mpi_launcher
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # "course" is main.py's defaults, the assignment's algorithm (whole layers per master, every gradient applied with
 # the full step, no staleness bound, a worker's chain of compute, push, pull): its runs carry no async option.
 # "many-workers" is the set of departures the report recommends beyond the assignment, behind main.py's one option.
 ASYNC_VARIANTS = {"course": [], "many-workers": ["--many-workers"]}
-# The sync series run, (scaling, exchange, allreduce): the model's SERIES less the weak ones over MPI and with
-# factors, which no question and no section of REPORT.md reads (the model predicts them all the same).
-MEASURED = [s for s in SERIES if s not in (("weak", "gradients", "mpi"), ("weak", "factors", "ring"))]
 
 
 @dataclass
 class Experiment:
     """One configuration of the matrix; `label` names its series in tables and plots."""
     label: str
-    mode: str  # serial, sync, async or allreduce_test
+    mode: str  # serial, sync, async, split or allreduce_test
     processes: int
     masters: int = 0
-    allreduce: str = ""
-    scaling: str = ""
-    exchange: str = ""  # sync: gradients or factors
+    scaling: str = ""  # sync, over the ring allreduce: strong (the course's) or weak
     async_variant: str = ""
     shard: str = ""  # split: balanced (by parameter count) or layers (the course's whole layers, round robin)
-    rule: str = ""  # weak sync: "" is main.py's default large-batch rule, "off" the capped step lr*min(1, 2/P)
+    rule: str = ""  # weak sync: "" is main.py's default large-batch rule, "off" plain SGD, step lr*min(1, 2/P)
 
     @property
     def workers(self):
@@ -54,10 +49,10 @@ class Experiment:
         return f"{self.label} P={self.processes}"
 
 
-def sync_experiment(allreduce, scaling, exchange, p, rule=""):
-    suffix = (" factors" if exchange == "factors" else "") + (" capped" if rule == "off" else "")
-    return Experiment(f"sync {allreduce} {scaling}{suffix}", "sync", p, allreduce=allreduce, scaling=scaling,
-                      exchange=exchange, rule=rule)
+def sync_experiment(scaling, p, rule=""):
+    """Sync over the ring allreduce; weak scaling under main.py's large-batch rule, or plain SGD ("capped")."""
+    return Experiment(f"sync ring {scaling}" + (" capped" if rule == "off" else ""), "sync", p, scaling=scaling,
+                      rule=rule)
 
 
 def async_experiment(masters, p, variant):
@@ -72,12 +67,11 @@ def split_experiment(masters, workers, shard):
 
 
 def experiment_matrix(options):
-    """Every configuration, in order: serial, sync (MEASURED; weak scaling with the capped step too), async in each
-    variant, the master splits of Q7, allreduce_test."""
+    """Every configuration, in order: serial, sync over the ring (strong; weak under the rule and with plain SGD),
+    async in each variant, the master splits of Q7, allreduce_test."""
     matrix = [Experiment("serial", "serial", 1)]
-    for scaling, exchange, allreduce in MEASURED:
-        matrix += [sync_experiment(allreduce, scaling, exchange, p) for p in options.processes]
-    matrix += [sync_experiment("ring", "weak", "gradients", p, rule="off") for p in options.processes]
+    for scaling, rule in (("strong", ""), ("weak", ""), ("weak", "off")):
+        matrix += [sync_experiment(scaling, p, rule) for p in options.processes]
     for variant in options.async_variants:
         matrix += [async_experiment(m, p, variant) for m, p in options.async_runs]
     for masters in options.split_masters:  # one master owns every layer under either split: run it once
@@ -88,34 +82,39 @@ def experiment_matrix(options):
 
 # The traced runs drawn in the report: (file stem, experiment); the template captions each picture.
 TRACES = [("serial", Experiment("serial", "serial", 1)),
-          ("sync_P2", sync_experiment("ring", "strong", "gradients", 2)),
-          ("sync_P4", sync_experiment("ring", "strong", "gradients", 4)),
-          ("async_2m_P4", async_experiment(2, 4, "course")),
-          ("factors_P2", sync_experiment("ring", "strong", "factors", 2))]
+          ("sync_P2", sync_experiment("strong", 2)),
+          ("sync_P4", sync_experiment("strong", 4)),
+          ("async_2m_P4", async_experiment(2, 4, "course"))]
+
+
+def experiment_options(options, seed):
+    """The experiment's options that differ from main.py's defaults (the course's experiment), then the seed: the
+    command a user types for the run, and the one run."""
+    defaults, arguments = vars(main.parse_args(["serial"])), []
+    for key in ("epochs", "batches", "batch_size", "layers", "data_dir"):
+        value = getattr(options, key)
+        if value != defaults[key]:
+            arguments += [f"--{key.replace('_', '-')}", ",".join(map(str, value)) if key == "layers" else str(value)]
+    return arguments + ["--seed", str(seed)]
 
 
 def main_command(experiment, options, seed, record, extra=()):
     """The command line of one main.py run writing its --json `record`."""
-    arguments = ["--epochs", options.epochs, "--batches", options.batches, "--batch-size", options.batch_size,
-                 "--layers", ",".join(map(str, options.layers)), "--seed", seed, "--json", record, *extra]
-    if options.data_dir:
-        arguments += ["--data-dir", options.data_dir]
+    arguments = [*experiment_options(options, seed), "--json", record, *extra]
     if experiment.mode == "serial":
-        return [sys.executable, "main.py", "serial", *map(str, arguments)]
-    if experiment.mode == "sync":
-        mode = ["sync", "--allreduce", experiment.allreduce, "--scaling", experiment.scaling]
-        mode += ["--exchange", experiment.exchange]  # explicit: weak scaling's own default is auto
+        return [sys.executable, "main.py", "serial", *arguments]
+    if experiment.mode == "sync":  # weak: the gradients explicitly, main.py's weak default is auto
+        mode = ["sync"] + (["--scaling", "weak", "--exchange", "gradients"] if experiment.scaling == "weak" else [])
         mode += ["--large-batch", experiment.rule] if experiment.rule else []
     else:
         mode = ["async", str(experiment.masters), *ASYNC_VARIANTS[experiment.async_variant]]
         mode += ["--shard", experiment.shard] if experiment.shard else []
-    return [*launcher(options, experiment.processes), sys.executable, "main.py", *mode,
-            *map(str, arguments)]
+    return [*launcher(options, experiment.processes), sys.executable, "main.py", *mode, *arguments]
 
 
 def launcher(options, processes):
-    """mpiexec with the user's own options (e.g. -bind-to core, one core per rank) for `processes` ranks."""
-    return [mpiexec_command(), *options.mpiexec_args, "-n", str(processes)]
+    """mpiexec, the options its MPI needs (launcher.py) and the user's own (e.g. -bind-to core) for `processes` ranks."""
+    return mpi_launcher().command(processes, options.mpiexec_args)
 
 
 def run_command(command, timeout):
@@ -135,36 +134,45 @@ def run_command(command, timeout):
 
 
 def failure(returncode, stderr, timeout):
-    """One line saying why a run failed."""
+    """One line saying why a run failed, in the run's own words: the launcher's message when it started nothing
+    (launcher.launch_failure), else main.py's error line, else the last lines of its stderr."""
     if returncode is None:
         return f"timed out after {timeout} s"
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    lines = [line for line in lines if "error" in line.lower()] or lines  # main.py's own line, not MPI's abort
-    return f"exit code {returncode}: {lines[-1][:300] if lines else 'no message'}"
+    launch = launch_failure(stderr)
+    if launch:
+        return f"exit code {returncode}: the launcher started nothing: {launch}"
+    lines = [line.strip() for line in stderr.splitlines() if line.strip() and set(line.strip()) != {"-"}]
+    errors = [line for line in lines if "error" in line.lower()]  # main.py's own line, not MPI's abort
+    said = errors[-1:] or lines[-3:]
+    return f"exit code {returncode}: {' / '.join(said)[:300] if said else 'no message on stderr'}"
 
 
-def base_row(experiment, options, repeat, seed):
-    """The CSV row of a run before its outcome is known."""
-    fields = ("label", "mode", "processes", "masters", "allreduce", "scaling", "exchange", "async_variant")
+def base_row(experiment, options, repeat, seed, quiet):
+    """The CSV row of a run before its outcome is known; `quiet`: what the quiet gate measured before it."""
+    fields = ("label", "mode", "processes", "masters", "scaling", "async_variant")
     return dict({key: getattr(experiment, key) for key in fields}, workers=experiment.workers, repeat=repeat,
                 seed=seed, epochs=options.epochs, batches=options.batches, batch_size=options.batch_size,
-                oversubscribed=experiment.processes > options.cores, load_average=round(os.getloadavg()[0], 2))
+                oversubscribed=experiment.processes > options.cores, **quiet)
 
 
-def save_console(path, command, stdout):
-    """The run's command line as a user would type it, and what it printed: the report quotes it."""
-    shown = [("mpiexec" if word == mpiexec_command() else "python3" if word == sys.executable else word)
-             for word in command]
-    if "--json" in shown:  # the record's path is the report's business, not the reader's
-        del shown[shown.index("--json"):shown.index("--json") + 2]
+def save_console(path, command, stdout, processes, user_args):
+    """The run's command line as a user would type it, and what it printed: the report quotes it. The options
+    launcher.py adds for its MPI (Open MPI's --oversubscribe, ...) are left out: the README says them."""
+    prefix = mpi_launcher().command(processes, user_args)
+    if command[:len(prefix)] == prefix:
+        command = ["mpiexec", *user_args, "-n", str(processes), *command[len(prefix):]]
+    shown = ["python3" if word == sys.executable else word for word in command]
+    for option in ("--json", "--csv"):  # the record's path is the report's business, not the reader's
+        if option in shown:
+            del shown[shown.index(option):shown.index(option) + 2]
     with open(path, "w") as f:
         f.write(f"$ {' '.join(shown)}\n{stdout}")
 
 
-def run_training(experiment, options, repeat, records_dir):
+def run_training(experiment, options, repeat, records_dir, quiet):
     """One main.py run -> its runs.csv row (status ok or failed); its console output beside its record."""
     seed = options.seed + repeat
-    row = base_row(experiment, options, repeat, seed)
+    row = base_row(experiment, options, repeat, seed, quiet)
     stem = os.path.join(records_dir, record_stem(experiment.label, experiment.processes, repeat))
     record_path = f"{stem}.json"
     if os.path.exists(record_path):
@@ -173,7 +181,7 @@ def run_training(experiment, options, repeat, records_dir):
     start = time.perf_counter()
     returncode, stdout, stderr = run_command(command, options.timeout)
     row["wall_time"] = round(time.perf_counter() - start, 3)
-    save_console(f"{stem}.txt", command, stdout)
+    save_console(f"{stem}.txt", command, stdout, experiment.processes, options.mpiexec_args)
     if returncode != 0 or not os.path.exists(record_path):
         return dict(row, status="failed", error=failure(returncode, stderr, options.timeout))
     with open(record_path) as f:
@@ -186,7 +194,8 @@ def record_fields(experiment, record):
     fields = {"time": record["time"], "test_accuracy": record["test_accuracy"],
               "epoch_accuracy": ";".join(f"{a:.2f}" for a in record.get("epoch_accuracy") or []),
               "peak_rss_mb": round(record.get("peak_rss_mb", 0.0), 1), "wait_policy": stats.get("wait_policy"),
-              "samples_per_epoch": settings["batches"] * settings["batch_size"]}
+              "samples_per_epoch": settings["batches"] * settings["batch_size"],
+              **{key: record.get(key) for key in ("top_class_share", "cpu_time_per_rank", "core_wait_per_rank")}}
     if experiment.mode == "sync" and "steps" in stats:
         per_step = settings["batch_size"] * (experiment.processes if experiment.scaling == "weak" else 1)
         fields.update({key: stats.get(key) for key in ("steps", "compute_time", "communication_time",
@@ -194,7 +203,7 @@ def record_fields(experiment, record):
         fields["samples_per_epoch"] = stats["steps"] // max(settings["epochs"], 1) * per_step
     if experiment.mode in ("async", "split"):
         fields.update(async_fields(stats))
-        fields.update({key: stats.get(key) for key in SPLIT_FIELDS})
+        fields.update({key: stats.get(key) for key in SPLIT_FIELDS + ("train_time", "batches_per_worker")})
     if experiment.mode == "sync":
         fields.update(large_batch=stats.get("large_batch"), update_time=stats.get("update_time"))
     return fields
@@ -219,18 +228,21 @@ def async_fields(stats):
                 worker_wait_per_batch=stats.get("worker_wait_per_batch"))
 
 
-def run_allreduce_test(experiment, options, repeat, records_dir):
-    """allreduce_test.py at one process count -> (runs.csv row, its CSV rows); its console output in records/."""
-    row = dict(base_row(experiment, options, repeat, ""), epochs="", batches="", batch_size="")
+def run_allreduce_test(experiment, options, repeat, records_dir, quiet):
+    """allreduce_test.py at one process count -> (runs.csv row, its CSV rows); its console output in records/.
+    Sizes and repeats are its own defaults (the course's four sizes, 20 repeats) unless the options set them."""
+    row = dict(base_row(experiment, options, repeat, "", quiet), epochs="", batches="", batch_size="")
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "allreduce.csv")
-        command = [*launcher(options, experiment.processes), sys.executable, "allreduce_test.py",
-                   "--sizes", options.allreduce_sizes, "--repeats", str(options.allreduce_repeats)]
+        command = [*launcher(options, experiment.processes), sys.executable, "allreduce_test.py"]
+        command += ["--sizes", options.allreduce_sizes] if options.allreduce_sizes else []
+        command += ["--repeats", str(options.allreduce_repeats)] if options.allreduce_repeats else []
         start = time.perf_counter()
         returncode, stdout, stderr = run_command(command + ["--csv", path], options.timeout)
         row["wall_time"] = row["time"] = round(time.perf_counter() - start, 3)
         stem = record_stem(experiment.label, experiment.processes, repeat)
-        save_console(os.path.join(records_dir, f"{stem}.txt"), command, stdout)
+        save_console(os.path.join(records_dir, f"{stem}.txt"), command, stdout, experiment.processes,
+                     options.mpiexec_args)
         rows = read_csv(path)
     if not rows:
         return dict(row, status="failed", error=failure(returncode, stderr, options.timeout)), []

@@ -12,7 +12,8 @@ import time
 import numpy as np
 import pytest
 
-from utils import IMAGE_MAGIC, LABEL_MAGIC, mpiexec_command, write_idx
+from launcher import launcher, ranks_output
+from utils import IMAGE_MAGIC, LABEL_MAGIC, RANK_VARIABLES, launcher_rank, write_idx
 
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MPI_TIMEOUT = 120  # seconds: a job still running then has hung, and the test fails
@@ -37,7 +38,7 @@ def run_command(command, timeout=MPI_TIMEOUT, env=None):
 
 def run_mpi(processes, script, *args, timeout=MPI_TIMEOUT, env=None):
     """mpiexec -n `processes` python `script` `args` -> CompletedProcess (text stdout/stderr)."""
-    command = [mpiexec_command(), "-n", str(processes), sys.executable, script, *map(str, args)]
+    command = [*launcher().command(processes), sys.executable, script, *map(str, args)]
     return run_command(command, timeout=timeout, env=env)
 
 
@@ -62,18 +63,34 @@ def run_checker(*args, timeout=600):
 
 
 def rank_pid(marker, rank):
-    """The pid of the process of MPI `rank` whose command line holds `marker` (read from /proc)."""
+    """The pid of the process of MPI `rank` whose command line holds `marker` (read from /proc).
+
+    Each launcher names the rank in its own variable (MPICH PMI_RANK, Open MPI OMPI_COMM_WORLD_RANK): read
+    as utils.launcher_rank does. The launcher has the marker in its command line too, but none of them."""
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 command = f.read()
             with open(f"/proc/{pid}/environ", "rb") as f:
-                environment = f.read().split(b"\0")
+                environment = dict(item.partition(b"=")[::2] for item in f.read().split(b"\0"))
         except OSError:
             continue
-        if marker.encode() in command and f"PMI_RANK={rank}".encode() in environment:
+        if marker.encode() in command and is_rank(environment, rank):
             return int(pid)
     raise AssertionError(f"no process of rank {rank} found")
+
+
+def is_rank(environment, rank):
+    """Whether a process's environment (bytes -> bytes, from /proc) says it is MPI rank `rank`."""
+    told = {name: environment[name.encode()].decode() for name in RANK_VARIABLES if name.encode() in environment}
+    return bool(told) and launcher_rank(told) == rank
+
+
+# Open MPI's launcher frames each note of its own (a rank exited non-zero, MPI_ABORT was called) between two
+# such lines, on the job's stderr; MPICH's Hydra adds nothing for an exit code.
+def ranks_stderr(stderr):
+    """A job's stderr less the launcher's framed notes: what the ranks themselves wrote."""
+    return ranks_output(stderr)
 
 
 def stop_rank_and_wait(command, victim, marker, timeout):
@@ -270,3 +287,21 @@ def slurm_env():
     finally:
         stopped = run(["bash", SCRIPT, "stop"], STOP_TIMEOUT, environment)
         assert stopped.returncode == 0, f"local_slurm.sh stop failed:\n{stopped.stderr}"
+
+
+def fake_launcher(folder, *shell_lines, version="a fake launcher"):
+    """An mpiexec in folder/launcher/ that answers --version with `version` (None: leaves it to `shell_lines`),
+    then runs `shell_lines` -> the environment that makes the checker use it: $MPIEXEC, and its folder on
+    LD_LIBRARY_PATH, whose folders the sandbox binds into a job's view (elsewhere under /tmp its job stage could
+    not find the script). The folder is open to all: a root grader's jobs run as another user (pytest's
+    tmp_path is root's alone)."""
+    folder = os.path.join(str(folder), "launcher")
+    os.makedirs(folder, mode=0o755)
+    os.chmod(folder, 0o755)  # whatever the umask
+    path = os.path.join(folder, "mpiexec")
+    answer = [f'[ "$1" = --version ] && {{ echo "{version}"; exit 0; }}'] if version else []
+    with open(path, "w") as f:
+        f.write("\n".join(["#!/bin/sh", *answer, *shell_lines]) + "\n")
+    os.chmod(path, 0o755)
+    libraries = ":".join(filter(None, [folder, os.environ.get("LD_LIBRARY_PATH")]))
+    return {"MPIEXEC": path, "LD_LIBRARY_PATH": libraries}

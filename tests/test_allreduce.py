@@ -6,7 +6,7 @@ import pytest
 from mpi4py import MPI
 
 from checking.running.cases import allreduce_cases, allreduce_sizes
-from conftest import run_checker, run_mpi
+from conftest import ranks_stderr, run_checker, run_mpi
 from my_naive_allreduce import allreduce, check_buffers
 from my_ring_allreduce import ring_schedule, ringallreduce, segment_ends
 
@@ -121,5 +121,5 @@ def test_benchmark_bad_arguments_end_every_rank_with_one_line(arguments):
     result = run_mpi(2, "allreduce_test.py", *arguments, timeout=60)
     assert result.returncode != 0
     assert result.stdout == ""
-    lines = result.stderr.strip().splitlines()
+    lines = ranks_stderr(result.stderr).strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("allreduce_test.py: error: "), result.stderr

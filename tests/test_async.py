@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import run_mpi, write_mnist_like
+from conftest import ranks_stderr, run_mpi, write_mnist_like
 
 EPOCHS = 2  # as in tests/async_check.py
 
@@ -102,7 +102,7 @@ def test_bad_number_of_masters_gives_one_line_quickly(data, processes, masters, 
     start = time.monotonic()
     result = run_mpi(processes, "main.py", "async", masters, "--data-dir", data, timeout=60)
     assert result.returncode == exit_code
-    assert "masters" in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "masters" in result.stderr and len(ranks_stderr(result.stderr).strip().splitlines()) == 1, result.stderr
     assert result.stdout == "" and time.monotonic() - start < 30
 
 
@@ -186,7 +186,7 @@ def test_main_async_balanced_records_its_shards(tmp_path, data):
 def test_bad_shard_value_gives_one_line_and_exit_code_2(data):
     result = run_mpi(3, "main.py", "async", "1", "--shard", "rows", "--data-dir", data, timeout=60)
     assert result.returncode == 2
-    assert "--shard" in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "--shard" in result.stderr and len(ranks_stderr(result.stderr).strip().splitlines()) == 1, result.stderr
     assert result.stdout == ""
 
 

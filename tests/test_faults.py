@@ -8,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from conftest import PROJECT_DIR, run_mpi, write_mnist_like
-from utils import mpiexec_command
+from conftest import PROJECT_DIR, rank_pid, ranks_stderr, run_mpi, write_mnist_like
+from launcher import launcher
 
 FAULT_TIMEOUT = 60  # a job that is still running then has hung
 
@@ -44,14 +44,14 @@ def test_an_exception_on_any_rank_ends_the_job(data, mode, fault, rank, message)
 def test_data_missing_on_one_rank_only(data):
     result = run_mpi(3, "tests/fault_check.py", "data", 2, "sync", *train_args(data), timeout=FAULT_TIMEOUT)
     assert result.returncode == 2
-    assert result.stderr.strip() == ("main.py: error (on rank 2): "
-                                     "data/mnist/train-images-idx3-ubyte(.gz): file not found")
+    assert ranks_stderr(result.stderr).strip() == ("main.py: error (on rank 2): "
+                                                   "data/mnist/train-images-idx3-ubyte(.gz): file not found")
     assert result.stdout == ""
 
 
 def test_bad_arguments_under_mpi_give_one_line(data):
     result = run_mpi(3, "main.py", "sync", "--batch-size", "x", timeout=FAULT_TIMEOUT)
-    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert result.returncode == 2 and len(ranks_stderr(result.stderr).strip().splitlines()) == 1, result.stderr
 
 
 @pytest.mark.parametrize("launch", [["serial"], ["sync", 2], ["sync", 3, "--allreduce", "mpi"]])
@@ -75,9 +75,20 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(tmp_path, data, launch
     assert a.tobytes() == b.tobytes()
 
 
+def ask_to_stop(job, marker, processes):
+    """SIGTERM to the job as its user would send it: to MPICH's mpiexec, which passes it to every rank; to
+    each rank under Open MPI, whose launcher takes SIGTERM as an order to kill the job (it sends the ranks
+    SIGCONT, SIGTERM and SIGKILL 0.25 s apart, drops their output and exits 1), as a batch system does."""
+    if launcher().family != "openmpi":
+        job.send_signal(signal.SIGTERM)
+        return
+    for rank in range(processes):
+        os.kill(rank_pid(marker, rank), signal.SIGTERM)
+
+
 def test_sigterm_writes_a_checkpoint_and_exits_cleanly(tmp_path, data):
     checkpoint = tmp_path / "ck.npz"
-    command = [mpiexec_command(), "-n", "2", sys.executable, "main.py", "sync",
+    command = [*launcher().command(2), sys.executable, "main.py", "sync",
                *train_args(data, "--epochs", "100000", "--checkpoint", checkpoint)]
     process = subprocess.Popen(command, cwd=PROJECT_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, start_new_session=True,
@@ -87,7 +98,7 @@ def test_sigterm_writes_a_checkpoint_and_exits_cleanly(tmp_path, data):
         while not checkpoint.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert checkpoint.exists(), "no checkpoint written"
-        process.send_signal(signal.SIGTERM)
+        ask_to_stop(process, str(checkpoint), 2)
         stdout, stderr = process.communicate(timeout=30)
     finally:
         if process.poll() is None:

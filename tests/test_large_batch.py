@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from conftest import run_mpi, run_python, synthetic_digits, write_mnist_like
+from conftest import ranks_stderr, run_mpi, run_python, synthetic_digits, write_mnist_like
 from large_batch import PRESETS, WEAK_PRESET, Optimizer, large_batch_rule
 from network import NeuralNetwork
 
@@ -220,7 +220,7 @@ def test_bad_options_give_one_line_and_exit_code_2(args, message):
 
 def test_bad_options_under_mpi_give_one_line(data):
     result = run_mpi(3, "main.py", "sync", "--momentum", "1.5", timeout=60)
-    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert result.returncode == 2 and len(ranks_stderr(result.stderr).strip().splitlines()) == 1, result.stderr
 
 
 def test_resuming_without_the_momentum_is_rejected(tmp_path, data):
@@ -230,4 +230,4 @@ def test_resuming_without_the_momentum_is_rejected(tmp_path, data):
     assert first.returncode == 0, first.stderr
     second = run_mpi(2, "main.py", "sync", *small_run(data, "--resume", checkpoint), timeout=60)
     assert second.returncode == 2 and "momentum" in second.stderr
-    assert len(second.stderr.strip().splitlines()) == 1
+    assert len(ranks_stderr(second.stderr).strip().splitlines()) == 1, second.stderr

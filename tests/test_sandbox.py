@@ -9,17 +9,19 @@ import collections
 import os
 import re
 import socket
+import subprocess
 import sys
 import threading
 
 import pytest
 
 from conftest import PROJECT_DIR, run_checker
+from launcher import Launcher, launcher
 
 sys.path.insert(0, os.path.join(PROJECT_DIR, "tests", "fixtures", "submissions"))
 from hostile import CORRECT, HOSTILE, build  # noqa: E402
 
-from checking.running.sandbox import Sandbox, namespaces_available  # noqa: E402
+from checking.running.sandbox import JOB_ID, Sandbox, namespaces_available  # noqa: E402
 
 AVAILABLE, WHY = namespaces_available()
 needs_namespaces = pytest.mark.skipif(not AVAILABLE, reason=f"no unprivileged user namespaces here: {WHY}")
@@ -133,17 +135,81 @@ def test_the_correct_fixture_passes_in_the_sandbox_and_the_grader_environment_st
     assert "Isolation: namespaces + limits" in stdout and "Stopped by the sandbox" not in stdout
 
 
+def scratch_of(tmp_path):
+    """A scratch folder as jobs.Scratch lays it out: its work, checker and data folders, and a job's log folder."""
+    class Scratch:
+        root, work, checker, data = (str(tmp_path), str(tmp_path / "work"), str(tmp_path / "checker"),
+                                     str(tmp_path / "data"))
+    for folder in ("work", "checker", "data", "log"):
+        (tmp_path / folder).mkdir(parents=True)
+    return Scratch, str(tmp_path / "log")
+
+
 def test_the_job_environment_is_an_allow_list_with_home_in_the_scratch(tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-for-students")
     monkeypatch.setenv("MPIR_CVAR_CH4_NETMOD", "tcp")
-
-    class Scratch:
-        root, work, checker, data = str(tmp_path), str(tmp_path / "work"), str(tmp_path / "checker"), "data"
-    command, environment = Sandbox("limits").wrap("mpiexec", 2, [sys.executable, "-m", "x"], {"A": "1"}, Scratch,
-                                                  str(tmp_path / "log"))
+    monkeypatch.setenv("OMPI_MCA_btl", "self,sm")
+    monkeypatch.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    monkeypatch.setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    scratch, log_dir = scratch_of(tmp_path)
+    mpich = Launcher("/usr/bin/mpiexec", "mpich", "")
+    command, environment = Sandbox("limits").wrap(mpich, 2, [sys.executable, "-m", "x"], {"A": "1"}, scratch,
+                                                  log_dir)
     assert "AWS_SECRET_ACCESS_KEY" not in environment and environment["MPIR_CVAR_CH4_NETMOD"] == "tcp"
-    assert environment["HOME"] == Scratch.work and environment["A"] == "1"
+    assert environment["OMPI_MCA_btl"] == "self,sm"
+    assert environment["HOME"] == scratch.work and environment["A"] == "1"
     assert command[command.index("--") + 1].endswith("mpiexec") and "rank" in command
+    # Without namespaces the job runs as the grader, who may allow Open MPI to run as root; inside them it is
+    # never root, and nothing the grader allowed goes in.
+    assert environment["OMPI_ALLOW_RUN_AS_ROOT"] == environment["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
+    _, inside = Sandbox("namespaces").wrap(mpich, 2, [sys.executable, "-m", "x"], {}, scratch, log_dir)
+    assert not any(name.startswith("OMPI_ALLOW") for name in inside) and inside["OMPI_MCA_btl"] == "self,sm"
+
+
+def test_the_sandbox_adds_no_permission_to_run_as_root(tmp_path, monkeypatch):
+    monkeypatch.delenv("OMPI_ALLOW_RUN_AS_ROOT", raising=False)
+    monkeypatch.delenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", raising=False)
+    scratch, log_dir = scratch_of(tmp_path)
+    _, environment = Sandbox("limits").wrap(Launcher("/usr/bin/mpiexec", "mpich", ""), 2, [sys.executable], {},
+                                            scratch, log_dir)
+    assert not any(name.startswith("OMPI_ALLOW") for name in environment)
+
+
+# Every rank: the uids and gids of every process it sees, whether its loopback is up, and what a connection
+# to the host's listener met.
+INSIDE = """
+import fcntl, os, socket, struct, sys
+ids = set()
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        with open("/proc/%s/status" % pid) as f:
+            ids |= {int(i) for line in f if line.startswith(("Uid:", "Gid:")) for i in line.split()[1:]}
+    except OSError:
+        pass
+asked = struct.pack("16sH22x", b"lo", 0)
+up = struct.unpack("16sH22x", fcntl.ioctl(socket.socket(), 0x8913, asked))[1] & 1
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=3).close()
+    met = "connected"
+except OSError as error:
+    met = str(error)
+print(sorted(ids), up, met, flush=True)
+"""
+
+
+@needs_namespaces
+def test_inside_the_job_no_one_is_root_its_loopback_is_up_and_each_rank_has_its_usage_file(tmp_path, host):
+    """What Open MPI needs (an interface, no root), the same under both MPIs; and still no way out."""
+    _, listener = host
+    scratch, log_dir = scratch_of(tmp_path / "scratch")
+    command, environment = Sandbox("namespaces").wrap(launcher(), 2, [sys.executable, "-I", "-c", INSIDE,
+                                                                      str(listener.port)], {}, scratch, log_dir)
+    job = subprocess.run(command, cwd=scratch.work, env=environment, capture_output=True, text=True, timeout=120)
+    assert job.returncode == 0, job.stderr[-3000:]
+    lines = job.stdout.splitlines()
+    assert len(lines) == 2 and all(line.startswith(f"[{JOB_ID}] 1 ") for line in lines), job.stdout
+    assert all("Connection refused" in line for line in lines) and listener.connections == []
+    assert {"usage.0.json", "usage.1.json"} <= set(os.listdir(log_dir))
 
 
 def test_without_namespaces_the_limits_still_stop_a_runaway_and_the_sheet_says_limits_only(host):

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import run_mpi, stop_rank_and_wait, write_mnist_like
-from utils import mpiexec_command
+from launcher import launcher
 
 STALL_TIMEOUT = 3.0
 GRACE = 10.0  # the issue's bound: the job ends within timeout + 10 s
@@ -18,7 +18,7 @@ LONG_RUN = ["--epochs", "100000", "--batches", "300", "--layers", "784,32,10", "
 
 def stall(processes, victim, mode_args, data):
     """Start the run, SIGSTOP `victim` after epoch 1 -> (exit code, seconds to end, stderr)."""
-    command = [mpiexec_command(), "-n", str(processes), sys.executable, "main.py", *mode_args,
+    command = [*launcher().command(processes), sys.executable, "main.py", *mode_args,
                *LONG_RUN, "--data-dir", data, "--stall-timeout", str(STALL_TIMEOUT)]
     code, seconds, stderr = stop_rank_and_wait(command, victim, data, STALL_TIMEOUT + GRACE + 20)
     if code is None:

@@ -4,8 +4,10 @@ by side (--jobs N) or as one Slurm array task each (--slurm); resumable; a progr
 The batch's folder (--sheet DIR; without it a temporary one, and the batch cannot be resumed) holds each
 submission's sheet NAME.md and record NAME.json, each written whole under a temporary name and then
 renamed, the record last: a record on disk is a finished submission, and a rerun of the same command
-checks only the others. The folder keeps the options it was checked with (.batch.json) and refuses
-others. --json and --summary are written at the end from every record, in the order given.
+checks only the others. A submission that could not run (its record says "not run": the launcher, the MPI
+runtime or the sandbox failed before its code ran) is not finished and not scored: the batch ends with
+exit status 2, and a rerun checks it again. The folder keeps the options it was checked with (.batch.json)
+and refuses others. --json and --summary are written at the end from every record, in the order given.
 
 Each child (child.py) is pinned to a slot of the batch's cores; a crash of one touches no other. A slow
 job on a busy slot is not taken for a hung one: the stall clock (running/stall.py) discounts the time
@@ -21,9 +23,10 @@ import sys
 import tempfile
 import time
 
-from checking.grading.child import BatchError, Child, core_slots, default_jobs, read_record, shared_arguments
+from checking.grading.child import (BatchError, Child, core_slots, default_jobs, forget_not_run, read_record,
+                                    shared_arguments)
 from checking.grading.outputs import write_whole
-from checking.grading.sheet import write_summary
+from checking.grading.sheet import NOT_RUN, write_summary
 from checking.grading.slurm_array import run_slurm
 from checking.running.jobs import submission_name
 
@@ -33,7 +36,8 @@ BATCH_FILE = ".batch.json"
 
 
 class Progress:
-    """One line per submission as it finishes: its verdict and points, then done, left, and time to go."""
+    """One line per submission as it finishes: its verdict and points (or why it could not run), then done,
+    left, and time to go."""
 
     def __init__(self, total):
         self.total, self.done, self.start = total, 0, time.monotonic()
@@ -43,9 +47,15 @@ class Progress:
         left = self.total - self.done
         each = (time.monotonic() - self.start) / self.done  # the batch's pace, all slots together
         to_go = f", about {duration(each * left)} to go" if left else ""
-        failed = f" ({', '.join(entry['failed'])})" if entry["failed"] else ""
-        print(f"{entry['source']}: {entry['verdict']}{failed}, {entry['score']:g}/{entry['max_score']:g} points, "
-              f"{entry['seconds']:.0f} s [{self.done} done, {left} left{to_go}]", flush=True)
+        print(f"{verdict_text(entry)}, {entry['seconds']:.0f} s [{self.done} done, {left} left{to_go}]", flush=True)
+
+
+def verdict_text(entry):
+    """'SOURCE: fail (files.import), 17/20 points', or 'SOURCE: not run (why)': it has no points."""
+    if entry["verdict"] == NOT_RUN:
+        return f"{entry['source']}: {NOT_RUN} ({entry['reason']})"
+    failed = f" ({', '.join(entry['failed'])})" if entry["failed"] else ""
+    return f"{entry['source']}: {entry['verdict']}{failed}, {entry['score']:g}/{entry['max_score']:g} points"
 
 
 def duration(seconds):
@@ -109,6 +119,8 @@ def run_batch(options, argv):
         claim(folder, shared)
         done = {name: read_record(folder, name) for name in names}
         todo = [(source, name) for source, name in zip(options.submissions, names) if done[name] is None]
+        for _, name in todo:
+            forget_not_run(folder, name)
         if len(todo) < len(names):
             print(f"check_submission.py: {len(names) - len(todo)} of {len(names)} already checked in {folder}",
                   file=sys.stderr)
@@ -132,4 +144,8 @@ def run_batch(options, argv):
     verdicts = collections.Counter(entry["verdict"] for entry in entries)
     print(f"check_submission.py: {', '.join(f'{n} {v}' for v, n in verdicts.items())}; each time is its own run's, "
           "not comparable with a run alone or under other --jobs", file=sys.stderr)
+    if verdicts[NOT_RUN]:
+        print(f"check_submission.py: {verdicts[NOT_RUN]} could not run (not graded): once the cause is mended, run "
+              "the same command again to check them", file=sys.stderr)
+        return 2
     return 0 if verdicts["pass"] == len(entries) else 1

@@ -5,7 +5,9 @@ of the batch's cores, N slots sharing them evenly: on 2 cores --jobs 2 gives one
 children share a core while N <= cores. The default N is one per CORES_PER_SUBMISSION cores: the
 checker's timeouts and figures were set on 2 cores, and a 2-process job then has a core per rank. A child
 writes its record NAME.json and sheet NAME.md into the batch's folder, the record last: a record on disk
-is a finished submission. A local batch (batch.py) and a Slurm array task (slurm_array.py) start it alike.
+is a finished submission, unless it says the submission could not run (sheet.NOT_RUN: a launcher's failure,
+not graded), which a rerun checks again. A local batch (batch.py) and a Slurm array task (slurm_array.py)
+start it alike.
 """
 import json
 import os
@@ -16,17 +18,18 @@ import sys
 import tempfile
 
 from checking.grading.outputs import write_whole
-from checking.grading.sheet import error_record
+from checking.grading.sheet import NOT_RUN, error_record, not_run_record
 from checking.running.jobs import PROJECT_DIR
 from checking.running.stall import process_tree
 
-__all__ = ["Child", "BatchError", "CORES_PER_SUBMISSION", "default_jobs", "core_slots", "shared_arguments",
-           "read_record", "kill_tree"]
+__all__ = ["Child", "BatchError", "CORES_PER_SUBMISSION", "COULD_NOT_RUN", "default_jobs", "core_slots",
+           "shared_arguments", "read_entry", "read_record", "forget_not_run", "kill_tree"]
 
 CHECKER = os.path.join(PROJECT_DIR, "check_submission.py")
 CORES_PER_SUBMISSION = 2
 OWN_OPTIONS = {"--json": 1, "--sheet": 1, "--summary": 1, "--gradescope": 1, "--jobs": 1, "--slurm": 0}  # -> values
 SCHEDULER_VARIABLES = ("SLURM_", "PMI_", "PMIX_", "HYDRA_")  # a child's mpiexec must start its ranks itself
+COULD_NOT_RUN = "check_submission.py: could not run: "  # + why: a child's last line on stderr, with exit status 2
 
 
 class BatchError(Exception):
@@ -60,14 +63,28 @@ def shared_arguments(argv, submissions):
     return shared
 
 
-def read_record(folder, name):
-    """A finished submission's record, or None."""
+def read_entry(folder, name):
+    """The record a child left for `name` (finished, or could not run), or None."""
     try:
         with open(os.path.join(folder, name + ".json")) as f:
             entry = json.load(f)
     except (OSError, ValueError):
         return None
     return entry if isinstance(entry, dict) and "verdict" in entry else None
+
+
+def read_record(folder, name):
+    """A finished submission's record, or None: one that could not run is not finished (a rerun checks it)."""
+    entry = read_entry(folder, name)
+    return entry if entry is not None and entry["verdict"] != NOT_RUN else None
+
+
+def forget_not_run(folder, name):
+    """Remove the record of an earlier try that could not run, before `name` is checked again: the record that
+    appears next is this try's."""
+    entry = read_entry(folder, name)
+    if entry is not None and entry["verdict"] == NOT_RUN:
+        os.remove(os.path.join(folder, name + ".json"))
 
 
 def kill_tree(pid):
@@ -99,7 +116,8 @@ class Child:
 
     def settle(self, options):
         """After it ended -> (its record, finished): a record on disk, or an error record (finished when the
-        submission itself cannot be checked; a crash is not, so a rerun tries it again)."""
+        submission itself cannot be checked; a crash is not, so a rerun tries it again, nor is a submission
+        that could not run)."""
         self.stderr.seek(0)
         lines = self.stderr.read().strip().splitlines()
         self.stderr.close()
@@ -108,6 +126,12 @@ class Child:
         entry = read_record(self.folder, self.name)
         if entry is not None and code in (0, 1):
             return entry, True
+        if code == 2 and last.startswith(COULD_NOT_RUN):
+            entry = read_entry(self.folder, self.name)
+            reason = last[len(COULD_NOT_RUN):]
+            if entry is None or entry["verdict"] != NOT_RUN:  # its record was not written: this one says why
+                entry = not_run_record(self.name, self.source, reason, 0.0, "", [], options)
+            return entry, False
         if code == 2 and last.startswith("check_submission.py: error: "):
             entry = error_record(self.source, last.split(": error: ", 1)[1], options)
             write_whole(os.path.join(self.folder, self.name + ".json"), json.dumps(entry, indent=1) + "\n")

@@ -4,7 +4,8 @@
 
 TASKS.json (in the batch folder's .slurm/, with each task's output %A_%a.out) lists the submissions and
 the options they share; task i runs check_submission.py on the i-th, on the cores Slurm gave it, with
-its record and sheet written into the batch folder as a local batch writes them (batch.py). The node
+its record and sheet written into the batch folder as a local batch writes them (batch.py); a task whose
+submission could not run leaves a "not run" record and fails (exit status 1). The node
 needs the same paths as the submitting machine (a shared file system, as a cluster's home). Slurm's
 own settings come from the usual SBATCH_* variables (SBATCH_PARTITION, SBATCH_ACCOUNT, SBATCH_TIMELIMIT).
 While the array runs (squeue lists it), the submitting process prints a progress line as each record
@@ -19,7 +20,7 @@ import sys
 import tempfile
 import time
 
-from checking.grading.child import CORES_PER_SUBMISSION, BatchError, Child, read_record
+from checking.grading.child import CORES_PER_SUBMISSION, BatchError, Child, read_entry
 from checking.grading.options import parse
 from checking.grading.outputs import write_whole
 from checking.grading.sheet import error_record
@@ -69,7 +70,7 @@ def run_slurm(todo, folder, shared, options, progress):
         while True:
             ended = not queued(job)
             for name in names:
-                entry = None if name in records else read_record(folder, name)
+                entry = None if name in records else read_entry(folder, name)  # "not run" ones too
                 if entry is not None:
                     records[name] = entry
                     progress.finished(entry)
@@ -108,7 +109,8 @@ def task(tasks_path, index):
         entry, finished = child.settle(options)
     finally:
         shutil.rmtree(temporary_root, ignore_errors=True)
-    print(f"{source}: {entry['verdict']}" + (f" ({', '.join(entry['failed'])})" if entry["failed"] else ""))
+    why = entry.get("reason") or ", ".join(entry["failed"])
+    print(f"{source}: {entry['verdict']}" + (f" ({why})" if why else ""))
     return 0 if finished else 1
 
 

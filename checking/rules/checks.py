@@ -4,14 +4,16 @@ A check has an id (`ring.volume`), a title, a status (pass, fail, warn: passes w
 run and why, info: not graded), a one-line summary, the details a student needs to act, and the command
 that reproduces it alone. A check that cannot run because of the submission (its module missing or not
 importing, no run finishing) fails, saying why: PASS means every check asked for ran and passed. Only a
-check the options leave out (timing without --timing, volume with P = 1 alone) is skipped.
+check the options leave out (timing without --timing, volume with P = 1 alone) is skipped. A job that no
+rank started (the launcher, the MPI runtime or the sandbox failed before the submission's code could run)
+is no check's failure: LaunchError stops the whole checking, and the submission is not graded.
 """
 import dataclasses
 
 from checking.rules.usage import USAGE_CHECKS
 from checking.running.jobs import FIVE_FILES, Job, run_job
 
-__all__ = ["Check", "CHECKS", "INFORMATION", "RESULTS_ONLY", "WARNING_ONLY", "MODULE", "Run", "selected"]
+__all__ = ["Check", "CHECKS", "LaunchError", "INFORMATION", "RESULTS_ONLY", "WARNING_ONLY", "MODULE", "Run", "selected"]
 
 CHECKS = {  # id -> title, in the sheet's order
     "files.present": "The five files are in the submission",
@@ -47,6 +49,16 @@ INFORMATION = ("async.ranks", "timing")  # listed, never graded
 RESULTS_ONLY = ("files.present", "report", "sync.accuracy", "async.model", "async.ranks", "timing")
 WARNING_ONLY = ("mpi.unreceived",)  # graded, but what it finds is a warning, never a failure
 MODULE = {name[:-3]: name for name in FIVE_FILES}  # module -> file
+
+
+class LaunchError(Exception):
+    """A job that no rank started (one line: the job and why, in the launcher's words); `outcome`: that job's."""
+
+    def __init__(self, outcome):
+        job = outcome.job
+        super().__init__(f"job {job.name} ({job.processes} process{'es' if job.processes != 1 else ''}): "
+                         f"{outcome.launch_error}")
+        self.outcome = outcome
 
 
 @dataclasses.dataclass
@@ -96,6 +108,7 @@ class Run:
         self.scratch, self.options, self.reproduce = scratch, options, reproduce
         self.checks = {check_id: Check(check_id) for check_id in CHECKS if selected(check_id, options.only)}
         self.outcomes = []
+        self.relaunched = []  # the first tries of jobs launched again (job): for the record, never judged
         self.broken = {}  # module -> why it cannot run (missing, or its import error)
 
     def wants(self, *ids):
@@ -114,11 +127,26 @@ class Run:
         return not set(self.checks) <= set(RESULTS_ONLY)
 
     def job(self, name, task, processes, *arguments, record=True, scratch=None):
-        """Run one driver job under the stall and time limits -> its Outcome (kept for the record)."""
-        outcome = run_job(scratch or self.scratch, Job(name, task, processes, arguments), self.options.timeout,
-                          self.options.limit, record and self.records, sandbox=self.options.sandbox)
+        """Run one driver job under the stall and time limits -> its Outcome (kept for the record). LaunchError
+        when no rank started it: every other job would fail alike, and none of it is the submission's doing.
+
+        Unless an earlier job's code could have caused it: after a job that ran the submission, the job is tried
+        once more in a scratch folder laid out afresh (Scratch.reset), and only a launch failure there is the
+        launcher's."""
+        scratch, job = scratch or self.scratch, Job(name, task, processes, arguments)
+        outcome = self.run_once(scratch, job, record)
+        if outcome.launch_error and scratch.launched:
+            self.relaunched.append(outcome)
+            scratch.reset()
+            outcome = self.run_once(scratch, job, record)
         self.outcomes.append(outcome)
+        if outcome.launch_error:
+            raise LaunchError(outcome)
         return outcome
+
+    def run_once(self, scratch, job, record):
+        return run_job(scratch, job, self.options.timeout, self.options.limit, record and self.records,
+                       sandbox=self.options.sandbox)
 
     def check(self, check_id):
         """The Check to fill in, or a throwaway one when it was not selected."""

@@ -8,7 +8,8 @@
 
 The working directory comes first on sys.path, so `import network` is the submission's (the course's
 skeleton with the student's five files); only the `checking` package comes from this project, through
-PYTHONPATH. MPI starts here, as mpi4py starts it, before the submission is imported; the recording
+PYTHONPATH. MPI starts here, as mpi4py starts it, before the submission is imported; then each rank marks
+its start (mark_start), and only then is the working directory put on the path. The recording
 communicator (recording.py) then logs every MPI call into DIR/calls.RANK.jsonl, and each rank appends
 what it found to DIR/results.RANK.jsonl as it goes, so a job that is killed still says how far it got.
 Any exception ends the whole job (MPI Abort) after it is written down: the parent reruns what is left.
@@ -40,6 +41,7 @@ __all__ = ["main"]
 WORLD = MPI.COMM_WORLD  # the real communicator, for the driver's own reference calls (never recorded)
 RANK = WORLD.Get_rank()
 SENTINEL = {"f": np.nan, "i": -987654321}  # what recv holds before the call: no result equals it
+STARTED = "started."  # + rank: this rank's mark that it started (mark_start; jobs.STARTED reads it)
 
 
 class Results:
@@ -409,6 +411,17 @@ def bad_call(case, function, recorder, results):
                 function=ALGORITHMS[case.algorithm][1])
 
 
+def mark_start(log_dir):
+    """Leave STARTED + rank in the log folder: MPI has started here, and nothing of the submission's has run.
+    Only then does its folder go first on the path: the job starts with PYTHONSAFEPATH (jobs.py), so that no
+    file of the submission's shadows a module imported before this. A job in which no rank left the mark
+    never ran the student's code, and its failure is the launcher's (jobs.launch_error)."""
+    os.close(os.open(os.path.join(log_dir, f"{STARTED}{RANK}"), os.O_WRONLY | os.O_CREAT))
+    os.environ.pop("PYTHONSAFEPATH", None)  # the submission's own processes get the usual path
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
 TASKS = {"imports": imports, "allreduce": allreduce, "serial": serial, "sync": sync, "async": asynchronous}
 
 
@@ -428,6 +441,7 @@ def main(argv=None):
     parser.add_argument("--matrix", choices=("course", "contract"), default="course")
     parser.add_argument("--skip", type=lambda text: {int(i) for i in text.split(",") if i}, default=set())
     arguments = parser.parse_args(argv)
+    mark_start(arguments.log_dir)
     log = None if arguments.no_record else os.path.join(arguments.log_dir, f"calls.{RANK}.jsonl")
     recorder = recording.install(log, os.getcwd())
     results = Results(arguments.log_dir)

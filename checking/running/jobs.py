@@ -7,16 +7,20 @@ while it runs: when none of its ranks has logged anything (an MPI call, a result
 for `stall` seconds (on the stall clock, stall.py) it is declared hung, where each rank waits is read
 off its log, and the whole job is killed. `limit` caps a job's time whatever it does. Every job runs in a
 sandbox (sandbox.py): no network, a filesystem view of its own, limits per rank; `outcome.stopped` says
-which limit stopped which rank.
+which limit stopped which rank. A job in which no rank started the driver (none left its start mark, as
+the kernel saw it made) failed before the submission's code could run: `outcome.launch_error` says why,
+in the launcher's words where it said any.
 """
 import collections
 import contextlib
+import ctypes
 import fcntl
 import hashlib
 import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -29,7 +33,8 @@ from checking.running.sandbox import Sandbox, stops as sandbox_stops
 from checking.running.stall import StallClock
 
 __all__ = ["FIVE_FILES", "REPORT", "PROJECT_DIR", "Scratch", "SubmissionError", "submission_name", "write_data", "data_folder", "exclusive", "DATA_TASKS", "Job",
-           "Outcome", "run_job", "read_jsonl", "open_calls", "describe_waits", "call_text", "last_error_line"]
+           "Outcome", "run_job", "STARTED", "StartMarks", "launch_error", "read_jsonl", "open_calls",
+           "describe_waits", "call_text", "last_error_line"]
 
 FIVE_FILES = ("sync_network_collective.py", "sync_network.py", "async_network.py", "my_naive_allreduce.py",
               "my_ring_allreduce.py")
@@ -38,6 +43,7 @@ UNRECORDED_STALL = 60.0  # seconds without output before a job that records no c
 STARTUP_STALL = 30.0  # seconds a recorded job may start (interpreter, numpy, MPI, MNIST) before its first line
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the whole `checking` package
 PROJECT_DIR = os.path.dirname(PACKAGE_DIR)
+STARTED = "started."  # + rank: the driver's mark that MPI started there, before any of the submission's code
 
 
 class SubmissionError(Exception):
@@ -49,10 +55,12 @@ class Scratch:
 
     source: a folder (the student's working folder) or a .zip (the course's submission form);
     skeleton: a folder with the course's skeleton files, laid under the submission's files.
+    launched: how many jobs started a rank here, so ran the submission's code (it may have left anything in
+    work/, the jobs' home and TMPDIR: see reset).
     """
 
     def __init__(self, source, skeleton=None, data=None):
-        self.source, self.name = source, submission_name(source)
+        self.source, self.name, self.skeleton = source, submission_name(source), skeleton
         self.root = tempfile.mkdtemp(prefix=f"hw3-check-{self.name}-")
         self.work = os.path.join(self.root, "work")
         self.checker = os.path.join(self.root, "checker")
@@ -60,11 +68,9 @@ class Scratch:
         os.makedirs(self.checker)
         os.symlink(PACKAGE_DIR, os.path.join(self.checker, "checking"))
         self.data = data
-        self.jobs = 0
+        self.jobs = self.launched = 0
         try:
-            if skeleton is not None:
-                copy_top_level(skeleton, self.work)
-            self.submitted = self.unpack(source)
+            self.submitted = self.lay_out()
         except BaseException:
             self.remove()
             raise
@@ -72,6 +78,20 @@ class Scratch:
             self.remove()
             raise SubmissionError(f"{source}: no network.py beside the five files: give the course's skeleton "
                                   f"with --skeleton DIR")
+
+    def lay_out(self):
+        """The skeleton, then the submission over it, into work/ -> the names of the files it brought."""
+        if self.skeleton is not None:
+            copy_top_level(self.skeleton, self.work)
+        return self.unpack(self.source)
+
+    def reset(self):
+        """work/ laid out afresh, the old one set aside (removed with the rest): what the submission's code or a
+        launcher killed with it left there (a config file in the home, a session folder in TMPDIR that the
+        next launcher trips on) cannot reach the next launch. Renamed, not deleted: whatever its modes."""
+        os.rename(self.work, os.path.join(self.root, f"work-{self.jobs:03d}"))
+        os.makedirs(self.work)
+        self.lay_out()
 
     def unpack(self, source):
         """Copy the submission over the skeleton -> the names of the files it brought (five files, hw3.pdf)."""
@@ -166,7 +186,7 @@ def write_data(path, data_dir=None):
 
 Job = collections.namedtuple("Job", "name task processes arguments")
 Outcome = collections.namedtuple("Outcome", "job status returncode seconds log_dir stdout stderr results calls "
-                                            "waits stopped")
+                                            "waits stopped launch_error")
 
 
 def run_job(scratch, job, stall, limit, record=True, sandbox=None):
@@ -175,23 +195,30 @@ def run_job(scratch, job, stall, limit, record=True, sandbox=None):
     waits: for a hung or timed-out job, one line per rank saying where it waits (describe_waits). A job
     that records nothing (record=False, timing) logs only its output: it is hung after UNRECORDED_STALL s.
     sandbox: a sandbox.Sandbox (None: the best this machine allows, Sandbox.choose("auto")); stopped: the
-    lines that say which of its limits stopped which rank.
+    lines that say which of its limits stopped which rank. launch_error: why no rank started (launch_error),
+    None when one did.
     """
     stall = stall if record else max(stall, UNRECORDED_STALL)
     sandbox = sandbox or default_sandbox()
     if job.task in DATA_TASKS:
         write_data(scratch.data)
-    from utils import mpiexec_command  # this project's launcher (the mpich wheel's beside this Python)
+    from launcher import launcher  # this project's mpiexec (a wheel's beside this Python) and its options
     log_dir = scratch.job_dir(job.name)
     rank = [sys.executable, "-m", "checking.running.driver", job.task, "--log-dir", log_dir,
             *(() if record else ("--no-record",)), *map(str, job.arguments)]
-    command, environment = sandbox.wrap(mpiexec_command(), job.processes, rank, {
-        "PYTHONPATH": scratch.checker, "CHECK_DATA": scratch.data, "OMP_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}, scratch, log_dir)
-    out, err = (open(os.path.join(log_dir, name), "w+") for name in ("stdout.txt", "stderr.txt"))
-    start = time.monotonic()
-    process = subprocess.Popen(command, cwd=scratch.work, env=environment, stdout=out, stderr=err,
-                               start_new_session=True)
+    marks = StartMarks(log_dir)
+    try:
+        command, environment = sandbox.wrap(launcher(), job.processes, rank, {
+            "PYTHONPATH": scratch.checker, "CHECK_DATA": scratch.data, "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONSAFEPATH": "1"}, scratch, log_dir)  # the driver puts the submission on the path once it started
+        out, err = (open(os.path.join(log_dir, name), "w+") for name in ("stdout.txt", "stderr.txt"))
+        start = time.monotonic()
+        process = subprocess.Popen(command, cwd=scratch.work, env=environment, stdout=out, stderr=err,
+                                   start_new_session=True)
+    except OSError as error:  # no mpiexec, a sandbox that cannot stage the job, a launcher that cannot be run
+        marks.seen()  # closes the watch
+        return unlaunched(job, log_dir, error)
     status = watch(process, log_dir, start, stall, limit, job.processes if record else 0)
     seconds = time.monotonic() - start
     calls = read_calls(log_dir, job.processes)  # a hung job's, as it stands before the kill
@@ -207,8 +234,18 @@ def run_job(scratch, job, stall, limit, record=True, sandbox=None):
     out.close()
     err.close()
     results = read_results(log_dir, job.processes)
+    launched = marks.seen()
+    scratch.launched += launched
     return Outcome(job, status, process.returncode, seconds, log_dir, stdout, stderr, results, calls, waits,
-                   sandbox_stops(sandbox, log_dir, job.processes, results, scratch.work))
+                   sandbox_stops(sandbox, log_dir, job.processes, results, scratch.work),
+                   None if launched else launch_error(status, process.returncode, stderr, seconds))
+
+
+def unlaunched(job, log_dir, error):
+    """The Outcome of a job whose launcher could not even be started (`error`, an OSError): nothing ran."""
+    empty = [[] for _ in range(job.processes)]
+    return Outcome(job, "error", None, 0.0, log_dir, "", str(error), empty, empty, [], [],
+                   f"no rank started: the launcher could not be started: {error}")
 
 
 _default = []
@@ -247,6 +284,69 @@ def watch(process, log_dir, start, stall, limit, ranks=0):
     return "ok"
 
 
+# ----------------------------------------------------------------------------- did any rank start
+
+IN_CREATE, IN_MOVED_TO, IN_Q_OVERFLOW = 0x100, 0x80, 0x4000  # inotify(7)
+EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then len bytes of name
+
+
+class StartMarks:
+    """The driver's start marks (STARTED + rank) made in a job's log folder, as the kernel saw them made
+    (inotify, watched from before the job starts): a submission may delete its mark, but not the event,
+    so a job whose ranks started cannot pass for one that never launched. Where inotify is missing, the
+    folder as it stands is all there is."""
+
+    def __init__(self, folder):
+        self.folder, self.fd = folder, None
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        except (OSError, AttributeError):
+            return
+        if fd >= 0 and libc.inotify_add_watch(fd, os.fsencode(folder), IN_CREATE | IN_MOVED_TO) >= 0:
+            self.fd = fd
+        elif fd >= 0:
+            os.close(fd)
+
+    def seen(self):
+        """Whether any rank made its mark (a full event queue counts as one: the marks come first); closes."""
+        if any(name.startswith(STARTED) for name in os.listdir(self.folder)):
+            found = True
+        else:
+            found = self.fd is not None and self.read_events()
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        return found
+
+    def read_events(self):
+        mark = STARTED.encode()
+        while True:
+            try:
+                data = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                return False
+            offset = 0
+            while offset < len(data):
+                _, mask, _, length = EVENT.unpack_from(data, offset)
+                name = data[offset + EVENT.size:offset + EVENT.size + length]
+                if mask & IN_Q_OVERFLOW or name.startswith(mark):
+                    return True
+                offset += EVENT.size + length
+
+
+def launch_error(status, returncode, stderr, seconds):
+    """Why no rank of a job started, one line: what happened, then the launcher's own line (launcher.py
+    knows them), else the last lines of the job's stderr."""
+    from launcher import launch_failure
+    happened = (f"no rank started in {seconds:.0f} s (the launch {'hung' if status == 'hung' else 'timed out'})"
+                if status in ("hung", "timeout") else f"no rank started (exit status {returncode})")
+    lines = [line.strip() for line in stderr.splitlines()  # words: not the rules of Open MPI's boxes
+             if any(c.isalnum() for c in line) and "====" not in line]
+    said = launch_failure(stderr) or (f'"{" / ".join(lines[-2:])[:300]}"' if lines else "")
+    return f"{happened}: {said}" if said else happened
+
+
 def read_jsonl(path):
     """The JSON lines of `path` (a last line cut off by a kill is left out); [] if there is no file."""
     records = []
@@ -273,8 +373,9 @@ def read_results(log_dir, processes):
 # ----------------------------------------------------------------------------- where ranks wait, and why they died
 
 def last_error_line(text):
-    """The line of MPI's or Python's message that says what went wrong."""
-    lines = [line for line in text.splitlines() if line.strip() and "====" not in line]
+    """The line of MPI's or Python's message that says what went wrong (the ranks', not the launcher's notes)."""
+    from launcher import ranks_output
+    lines = [line for line in ranks_output(text).splitlines() if line.strip() and "====" not in line]
     overlap = next((line.strip() for line in lines if "memory ranges overlap" in line), None)
     if overlap:  # MPICH's words for a message sent and received through one buffer
         return f"MPICH aborted: {overlap.split(',')[0]} (one buffer both sent and received)"

@@ -1,22 +1,25 @@
 """The sandbox every MPI job of a submission runs in: no network, a filesystem view of its own, limits.
 
     sandbox = Sandbox.choose("auto", limits)           once per run of check_submission.py
-    command, environment = sandbox.wrap(mpiexec, processes, rank_command, environment, scratch, log_dir)
+    command, environment = sandbox.wrap(launcher, processes, rank_command, environment, scratch, log_dir)
 
 The job becomes `python3 -I -S sandbox.py job SPEC -- mpiexec -n P python3 -I -S sandbox.py rank LOG_DIR --
 python3 -m checking.running.driver ...`: this file, run by path on the standard library alone, is both stages.
 
-  job    (namespaces) new user, mount, network, IPC and PID namespaces. The grader's uid becomes root inside
-         (root's becomes SANDBOX_ID, an unused uid, so that the process-count limit holds: the kernel does
-         not apply it to uid 0). The root becomes a tree of empty mount points the grader made (scratch/views/),
-         read-only, holding read-only binds of the system (/usr, /etc, /lib..., /sys), the interpreter and its
-         packages, the checker package and the data file, and writable binds of the submission's work folder
-         and this job's log folder only; a fresh /proc, a private /dev/shm, a few device nodes (HOME and
-         TMPDIR are the work folder). The network namespace has only a loopback, left down. Then every
+  job    (namespaces) new user, mount, network, IPC and PID namespaces. Inside, the job is JOB_ID (1000),
+         never root: Open MPI refuses to run as root, and the kernel does not apply the process-count limit to
+         uid 0. JOB_ID stands for the grader's uid (for root's: SANDBOX_ID, an unused uid, so that nothing
+         inside is the host's root); uid 0 stands for no one. The root becomes a tree of empty mount points the
+         grader made (scratch/views/), read-only, holding read-only binds of the system (/usr, /etc, /lib...,
+         /sys), the interpreter and its packages, the checker package and the data file, and writable binds
+         of the submission's work folder and this job's log folder only; a fresh /proc, a private /dev/shm, a
+         few device nodes (HOME is the work folder, TMPDIR the job's own, in its log folder). The network namespace has only its own
+         loopback, brought up (Open MPI's PMIx will not start without an interface; MPICH needs none, but
+         both MPIs get the same sandbox, so that their verdicts agree); nothing outside is routed. Then every
          capability is dropped (nothing inside can undo a mount) and the limits are set; its process 1 reaps
          and, when mpiexec ends, takes every process of the job with it.
-         (limits) the same limits, nothing else.
-  rank   one per rank, between Hydra's proxy and the driver: runs the rank as its child and writes
+         (limits) the same limits, nothing else; the job runs as the grader.
+  rank   one per rank, between the launcher's proxy and the driver: runs the rank as its child and writes
          usage.RANK.json (CPU seconds, peak memory, the signal that killed it) into the log folder, so the
          sheet can say which limit stopped which rank.
 
@@ -33,11 +36,14 @@ import sys
 # Run as a script, this file is a stage every job and every rank start: it imports only what is cheap (json
 # alone, through re and enum, costs a rank guard 15 ms); the grader's side imports the rest where it needs it.
 
-__all__ = ["Sandbox", "MODES", "LIMITS", "SANDBOX_ID", "stops", "namespaces_available"]
+__all__ = ["Sandbox", "MODES", "LIMITS", "SANDBOX_ID", "JOB_ID", "stops", "namespaces_available"]
 
 HERE = os.path.abspath(__file__)
 MODES = {"namespaces": "namespaces + limits", "limits": "limits only", "none": "none (--no-sandbox)"}
 SANDBOX_ID = 2 ** 31 - 7  # the uid and gid a root grader's jobs run as (unused: no passwd entry needs it)
+# The uid and gid a job has inside its user namespace: not 0, which Open MPI refuses (and whose process count
+# the kernel does not limit); the namespace's capabilities, which the job stage needs, do not depend on it.
+JOB_ID = 1000
 GIB, MIB = 2 ** 30, 2 ** 20
 # Per rank, from bench/sandbox_limits.txt (a --full check of the correct fixture on the shared 2-core machine):
 # a rank used at most 23.4 CPU s (sync ring, P = 8; 10.6 s at the quick check's P = 4), 0.90 GB of address
@@ -49,7 +55,11 @@ LIMITS = {"cpu": 120, "address_space": 4 * GIB, "file_size": 128 * MIB, "process
 SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 DEVICES = ("null", "zero", "full", "random", "urandom")
 KEEP = ("PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TZ", "LD_LIBRARY_PATH")  # the environment's allow-list
-KEEP_PREFIXES = ("MPIR_CVAR_", "MPICH_", "HYDRA_")
+KEEP_PREFIXES = ("MPIR_CVAR_", "MPICH_", "HYDRA_", "OMPI_MCA_", "PRTE_MCA_", "PMIX_MCA_")  # the MPIs' tuning
+# Open MPI's own switch for running as root: the grader's to set, kept only where the job runs as the grader
+# (limits only); inside the namespaces the job is JOB_ID, never root.
+ROOT_ALLOWED = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
+RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")  # MPICH's Hydra; Open MPI's (either)
 TMPFS_SIZE = "size=64m"  # the job's /dev/shm
 
 
@@ -91,17 +101,24 @@ class Sandbox:
             return text + ")" + (f": {self.reason}" if self.reason else "")
         return text + " per job; no network; only its scratch folder writable)"
 
-    def wrap(self, mpiexec, processes, rank_command, environment, scratch, log_dir):
-        """-> (command, environment) that run `rank_command` on `processes` ranks in this sandbox."""
+    def wrap(self, launcher, processes, rank_command, environment, scratch, log_dir):
+        """-> (command, environment) that run `rank_command` on `processes` ranks in this sandbox; `launcher`:
+        launcher.Launcher, the mpiexec and the options its MPI needs."""
+        mpiexec = launcher.command(processes)
         if self.mode == "none":
-            return [mpiexec, "-n", str(processes), *rank_command], dict(os.environ, **environment)
+            return [*mpiexec, *rank_command], dict(os.environ, **environment)
         python = real_python()
         rank = [python, "-I", "-S", HERE, "rank", log_dir, "--", real_python(rank_command[0]), *rank_command[1:]]
+        # A TMPDIR of each job's own: Open MPI's launcher, process 2 of every PID namespace, names its session
+        # folder there by its pid, and a killed job's folder would stop the next job's launcher from starting.
+        tmp = os.path.join(log_dir, "tmp")
+        os.makedirs(tmp, exist_ok=True)
         import json
         command = [python, "-I", "-S", HERE, "job", json.dumps(self.spec(scratch, log_dir)), "--",
-                   real_python(mpiexec), "-n", str(processes), *rank]
-        kept = {k: v for k, v in os.environ.items() if k in KEEP or k.startswith(KEEP_PREFIXES)}
-        return command, dict(kept, **environment, HOME=scratch.work, TMPDIR=scratch.work)
+                   real_python(mpiexec[0]), *mpiexec[1:], *rank]
+        keep = KEEP + (ROOT_ALLOWED if self.mode == "limits" else ())
+        kept = {k: v for k, v in os.environ.items() if k in keep or k.startswith(KEEP_PREFIXES)}
+        return command, dict(kept, **environment, HOME=scratch.work, TMPDIR=tmp)
 
     def spec(self, scratch, log_dir):
         """What the job stage needs: the mode, the limits, and (namespaces) the view and the uid to map."""
@@ -190,6 +207,8 @@ ERRORS = (("MemoryError", "the address-space limit of {address_space}"),
           ("[Errno 24]", "the open-files limit of {open_files}"),
           ("[Errno 30] Read-only file system", "the sandbox's read-only view of the files"),
           ("[Errno 101] Network is unreachable", "the sandbox's network namespace (no network)"),
+          # the host's 127.0.0.1 is, inside, the job's own loopback, where nothing listens
+          ("[Errno 111] Connection refused", "the sandbox's network namespace (no network)"),
           ("[Errno 99] Cannot assign requested address", "the sandbox's network namespace (no network)"))
 
 
@@ -200,6 +219,7 @@ def sizes(limits):
     return {key: (size(value) if key in ("address_space", "file_size") else value) for key, value in limits.items()}
 
 
+OUTPUTS = ("stdout.txt", "stderr.txt")  # the job's output, as jobs.run_job names it
 MISSING = r"No such file or directory: '(/[^']*)'"  # an absolute path: outside the view?
 
 
@@ -242,13 +262,10 @@ def error_lines(rank, record, mode, work, named):
 def job_lines(log_dir, usages, limits, named, found):
     """The job's output over the file-size limit; mpiexec killed; else the first rank that lost its guard."""
     lines, stage = [], read_json(os.path.join(log_dir, "job.json"))
-    try:
-        if os.path.getsize(os.path.join(log_dir, "stdout.txt")) >= limits["file_size"]:
-            lines.append(f"the job's output reached the file-size limit of {named['file_size']}: mpiexec could "
-                         f"write no more and ended the job")
-    except OSError:
-        pass
-    if stage.get("signal"):
+    if stage.get("output_full") or output_size(log_dir) >= limits["file_size"]:
+        lines.append(f"the job's output reached the file-size limit of {named['file_size']}: mpiexec could "
+                     f"write no more and the job was ended")
+    if stage.get("signal") and not stage.get("output_full"):  # the sandbox's own kill said by the line above
         lines.append(f"mpiexec was killed by {signal.Signals(stage['signal']).name}")
     ranks = {usage.get("rank_pid"): rank for rank, usage in enumerate(usages)}
     orphans = [(ranks[pid], number) for pid, number in stage.get("orphans", []) if pid in ranks]
@@ -256,6 +273,13 @@ def job_lines(log_dir, usages, limits, named, found):
         lines.append(f"rank {orphans[0][0]} was killed by SIGKILL with its parent, the sandbox's guard of the rank, "
                      f"which a process of the job killed (no limit)")
     return lines
+
+
+def output_size(log_dir):
+    """The size of the job's larger output file (0 if none)."""
+    sizes = [os.path.getsize(path) for path in (os.path.join(log_dir, name) for name in OUTPUTS)
+             if os.path.exists(path)]
+    return max(sizes, default=0)
 
 
 def read_json(path):
@@ -278,6 +302,8 @@ MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 1, 24, 28, 36, 38
 SECURE_NOROOT_LOCKED = 0b101111  # noroot, no_setuid_fixup, keep_caps, each locked: root regains nothing on exec
 PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217, "riscv64": 41}
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+IFREQ = "16sH22x"  # struct ifreq as these two ioctls use it: the interface's name, its flags, the rest (40 bytes)
 
 _libc = None
 
@@ -308,14 +334,15 @@ def write(path, text):
 
 
 def enter_namespaces(uid):
-    """unshare() into new namespaces and become root there (the grader's uid, or `uid` for a root grader)."""
+    """unshare() into new namespaces where JOB_ID stands for the grader's uid and gid (or `uid`, for a root
+    grader); uid 0 there stands for no one. The process keeps every capability in them either way."""
     flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWPID
     if uid is None:
         outer_uid, outer_gid = os.geteuid(), os.getegid()
         call("unshare", flags)
         write("/proc/self/setgroups", "deny")
-        write("/proc/self/uid_map", f"0 {outer_uid} 1")
-        write("/proc/self/gid_map", f"0 {outer_gid} 1")
+        write("/proc/self/uid_map", f"{JOB_ID} {outer_uid} 1")
+        write("/proc/self/gid_map", f"{JOB_ID} {outer_gid} 1")
         return
     # Only a process still outside the new user namespace may map other ids: a child writes ours.
     ready, done = os.pipe()
@@ -324,8 +351,8 @@ def enter_namespaces(uid):
         os.close(done)
         os.read(ready, 1)
         try:
-            write(f"/proc/{os.getppid()}/uid_map", f"0 {uid} 1")
-            write(f"/proc/{os.getppid()}/gid_map", f"0 {uid} 1")
+            write(f"/proc/{os.getppid()}/uid_map", f"{JOB_ID} {uid} 1")
+            write(f"/proc/{os.getppid()}/gid_map", f"{JOB_ID} {uid} 1")
             os._exit(0)
         except OSError:
             os._exit(1)
@@ -337,14 +364,28 @@ def enter_namespaces(uid):
         os.close(done)
         _, status = os.waitpid(helper, 0)
     if status != 0:
-        raise OSError(errno.EPERM, f"could not map uid 0 to {uid} in the user namespace")
+        raise OSError(errno.EPERM, f"could not map uid {JOB_ID} to {uid} in the user namespace")
 
 
-def become_root():
-    """Take the namespace's uid 0 (the uid a root grader's jobs run as), with no supplementary groups."""
+def become_job_user():
+    """A root grader's process: take JOB_ID (until then it is no one in the namespace), with no supplementary
+    groups. Its capabilities stay: the kernel clears them on a change of uid only when the process leaves the
+    namespace's uid 0, and uid 0 is not mapped here."""
     os.setgroups([])
-    os.setresgid(0, 0, 0)
-    os.setresuid(0, 0, 0)
+    os.setresgid(JOB_ID, JOB_ID, JOB_ID)
+    os.setresuid(JOB_ID, JOB_ID, JOB_ID)
+
+
+def loopback_up():
+    """Bring up the new network namespace's loopback, down when made: Open MPI's PMIx will not start without an
+    interface, even on one node. It is the namespace's own; nothing outside is routed."""
+    import fcntl
+    import socket
+    import struct
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as handle:
+        asked = fcntl.ioctl(handle, SIOCGIFFLAGS, struct.pack(IFREQ, b"lo", 0))
+        flags = struct.unpack(IFREQ, asked)[1]
+        fcntl.ioctl(handle, SIOCSIFFLAGS, struct.pack(IFREQ, b"lo", flags | IFF_UP))
 
 
 def kept_flags(path):
@@ -421,16 +462,38 @@ def launch(spec, command):
             print(f"sandbox (job): {command[0]}: {error}", file=sys.stderr, flush=True)
         finally:
             os._exit(127)
+    full = watch_output(child, spec["limits"]["file_size"])
     orphans = []
     while True:  # a subreaper (process 1 of the namespace, too) reaps every orphan
         pid, status = os.wait()
         if pid == child:
             break
         orphans.append((pid, os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0))
-    record = {"orphans": orphans, **({"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status) else {})}
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    record = {"orphans": orphans, **({"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status) else {}),
+              **({"output_full": True} if full else {})}
     with open(os.path.join(spec["log_dir"], "job.json"), "w") as f:
         __import__("json").dump(record, f)  # loaded already: the job stage read its spec with it
     return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def watch_output(child, limit):
+    """Kill mpiexec (`child`) once the job's output (this stage's stdout or stderr, files) reaches the file-size
+    limit -> a list that holds True once it has. MPICH's mpiexec ends the job itself when its write fails;
+    Open MPI's drops the rest and lets the ranks write on. Checked 5 times a second, on a timer that os.wait()
+    survives."""
+    full = []
+
+    def check(*_):
+        try:
+            if not full and max(os.fstat(1).st_size, os.fstat(2).st_size) >= limit:  # a pipe's size is 0
+                full.append(True)
+                os.kill(child, signal.SIGKILL)
+        except OSError:
+            pass
+    signal.signal(signal.SIGALRM, check)
+    signal.setitimer(signal.ITIMER_REAL, 0.2, 0.2)
+    return full
 
 
 def job_stage(spec, command):
@@ -438,9 +501,10 @@ def job_stage(spec, command):
     if spec["mode"] == "limits":
         return launch(spec, command)
     enter_namespaces(spec["uid"])
+    loopback_up()
     mount_view(spec)
     if spec["uid"] is not None:
-        become_root()
+        become_job_user()
     init = os.fork()  # process 1 of the new PID namespace
     if init == 0:
         try:
@@ -460,11 +524,19 @@ def job_stage(spec, command):
 
 # ----------------------------------------------------------------------------- inside: one rank
 
+def launcher_rank():
+    """This rank's number as its launcher told it (utils.launcher_rank's loop: this stage imports nothing)."""
+    for variable in RANK_VARIABLES:
+        if variable in os.environ:
+            return int(os.environ[variable])
+    return 0
+
+
 def rank_stage(log_dir, command):
     """Run one rank as a child; write its CPU time, peak memory and the signal that killed it, then end
     as it ended."""
     call("prctl", PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), 0, 0, 0)
-    path = os.path.join(log_dir, f"usage.{os.environ.get('PMI_RANK', '0')}.json")
+    path = os.path.join(log_dir, f"usage.{launcher_rank()}.json")
     child = os.fork()
     if child == 0:
         try:
@@ -511,12 +583,13 @@ def namespaces_available():
 
 
 def probe():
-    """Enter the namespaces and mount a /proc there, as a job would."""
+    """Enter the namespaces, bring the loopback up and mount a /proc there, as a job would."""
     uid = SANDBOX_ID if os.geteuid() == 0 else None
     enter_namespaces(uid)
+    loopback_up()
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     if uid is not None:
-        become_root()
+        become_job_user()
     child = os.fork()
     if child == 0:
         try:
