@@ -14,7 +14,8 @@ The submission is never touched: it runs in a scratch copy, every MPI job under 
 recording communicator that logs every MPI call. What each check means and why the assignment asks
 it: docs/checking.md. Points come from a rubric (checking/grading/rubric.py). Exit status 0 when every
 required check passes, 1 when one fails, 2 when a submission cannot be checked at all (a one-line
-message says why). This file is the shell; the checker is the package `checking/` (docs/checking.md,
+message says why) or could not run: the launcher, the MPI runtime or the sandbox failed before any rank
+started (the sheet quotes the launcher and says it is not the student's doing; a batch checks it again). This file is the shell; the checker is the package `checking/` (docs/checking.md,
 "How it works").
 """
 import sys

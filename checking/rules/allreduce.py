@@ -9,7 +9,8 @@ neighbour, is still judged at P = 2-5); only when it passed nothing at two proce
 not run at larger ones.
 
 Judged per function from the results and the recorded calls between each case's markers:
-    agrees   every rank's recv equals MPI's (floats within 2 P eps sum |x|; integers, max, products exact)
+    agrees   every rank's recv equals MPI's (floats within 2 P eps sum |x|; integers, max, products exact),
+             and no send and receive in flight at once on one buffer (recording.py: MPICH aborts there)
     rules    no collective call (fail); blocking point-to-point calls are a warning (non-blocking when able)
     buffers  send unchanged; recv has no element left unwritten
     volume   elements sent per process, at n = 1,000 and 2^18 + 1: naive (P - 1)n exactly; ring
@@ -20,7 +21,7 @@ import collections
 
 from checking.running.cases import ALGORITHMS, OPS, allreduce_cases, size_class
 from checking.running.jobs import call_text, last_error_line
-from checking.running.recording import KINDS
+from checking.running.recording import KINDS, shared_buffer_text
 
 __all__ = ["check_allreduce", "elements_sent"]
 
@@ -234,6 +235,7 @@ def judge_results(name, processes, cases, attempts, wrong, damaged):
     """agrees and buffers, as (problem, example, P): hangs and crashes named with where each rank waits."""
     for case in cases:
         where = f"P = {processes}, {describe(case)}"
+        wrong += shared_buffers(name, where, processes, attempts.calls.get(case.index, {}))
         failure = attempts.failures.get(case.index)
         if failure is not None:
             group = size_class(case.size, processes)
@@ -260,6 +262,13 @@ def judge_results(name, processes, cases, attempts, wrong, damaged):
     skipped = collections.Counter(attempts.not_run[c.index] for c in cases if c.index in attempts.not_run)
     wrong += [(f"{name} at P = {processes}: {count} case(s) {reason}", None, processes)
               for reason, count in skipped.items()]
+
+
+def shared_buffers(name, where, processes, calls):
+    """(problem, example, P) per send and receive posted through one buffer in a case: a failure whether the
+    MPI aborts on it (MPICH) or completes it (Open MPI), in the same words."""
+    return [(f"{name} {shared_buffer_text(call)}", f"{where}, rank {rank}", processes)
+            for rank, rank_calls in sorted(calls.items()) for call in rank_calls if "overlaps" in call]
 
 
 def judge_bad_call(where, ranks, calls, wrong):

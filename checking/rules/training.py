@@ -5,6 +5,8 @@ once per seed of SERIAL_SEEDS (one job, a rank per seed), gives the accuracy to 
 runs on 2 and 4 processes (8 too with --full), the async module with 1 master on 2 processes, 2 on 4
 and 2 on 3. From the recorded calls and the driver's markers (a back_prop marker per training step):
 
+    sync.completes, async.completes   the run ends with every rank's accuracy, and no rank had a send and
+                    a receive in flight at once through one buffer (MPICH may abort on it, Open MPI not)
     sync.split      per step, the rows of the ranks' forward_prop add up to mini_batch_size
     sync.exchange   collective module: an MPI collective between every two steps; ring module: the
                     student's ringallreduce between every two steps, and inside the training window
@@ -24,6 +26,7 @@ import numpy as np
 
 from checking.running.cases import SERIAL_SEEDS, SETTINGS, UNTRAINED_BELOW
 from checking.running.jobs import FIVE_FILES, REPORT, exclusive
+from checking.running.recording import shared_buffer_text
 from checking.rules.checks import CHECKS
 
 __all__ = ["check_training", "steps", "training_window"]
@@ -141,6 +144,14 @@ def failed_run(outcome, label):
     return [f"{label}: {verb}" + "".join(f"\n    {line}" for line in outcome.waits + tail)]
 
 
+def shared_buffers(outcome, label):
+    """The lines for sends and receives a run posted through one buffer at once: erroneous in MPI, so the run
+    fails whether its MPI aborted on them (MPICH) or completed them (Open MPI), in the same words."""
+    found = {(rank, shared_buffer_text(call)) for rank, calls in enumerate(outcome.calls)
+             for call in calls if "overlaps" in call}
+    return [f"{label}: rank {rank} {text}" for rank, text in sorted(found)]
+
+
 def accuracies(outcome):
     """Every rank's test accuracy after fit (None where a rank recorded none)."""
     found = {}
@@ -206,8 +217,9 @@ def judge_sync(run, serial, outcome, label, module, findings):
     """File one sync run's findings under the five sync checks."""
     ranks = accuracies(outcome)
     tag = f"{short(module)} P = {outcome.job.processes}"
-    if outcome.status != "ok" or None in ranks:
-        findings["completes"].failures.extend(failed_run(outcome, label))
+    failed, shared = outcome.status != "ok" or None in ranks, shared_buffers(outcome, label)
+    if failed or shared:
+        findings["completes"].failures.extend(shared + (failed_run(outcome, label) if failed else []))
         findings["completes"].facts.append(f"{tag}: failed")
         return
     findings["completes"].judged += 1
@@ -363,6 +375,12 @@ def judge_async(run, serial, outcome, masters, processes, findings):
     tag = f"M = {masters}, P = {processes}"
     ranks = accuracies(outcome)
     completes = findings["completes"]
+    shared = shared_buffers(outcome, label)
+    if shared:  # a run that aborted on it (MPICH) and one that completed it (Open MPI) fail alike
+        failed = outcome.status != "ok" or None in ranks
+        completes.failures.extend(shared + (failed_run(outcome, label) if failed else []))
+        completes.facts.append(f"{tag}: failed")
+        return
     if outcome.status != "ok" or None in ranks:
         refusal = refused(outcome, masters, processes)
         if refusal:

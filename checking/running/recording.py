@@ -25,7 +25,10 @@ Log lines are JSON objects, written unbuffered (os.write) so nothing is lost whe
     {"i": 11, "t": 12.7, "f": "mark", "k": "mark", "what": "back_prop", "rows": 4}   the driver's markers
 A Test that finds its requests incomplete again and again is logged once; the end line then counts the
 polls ("polls": 1234). A buffer argument is logged with its address and size ("addr", "nb" bytes), so a
-request can be traced to the array it reads or writes.
+request can be traced to the array it reads or writes. A non-blocking send or receive posted on memory that
+an in-flight receive writes or an in-flight send reads (erroneous in MPI, which MPICH may abort on and Open
+MPI completes) gets "overlaps": {"i", "f", "at"} of that in-flight call on its own line, so the rules judge it
+alike under both MPIs (a dict of the in-flight requests per rank, compared only when a request is posted).
 
 The recorder also keeps what MPI correctness tools (MUST, Intel Trace Analyzer's checker) keep: every
 non-blocking point-to-point request until the submission completes it (Wait, Test and their kin, or Free),
@@ -51,7 +54,7 @@ import numpy as np
 from mpi4py import MPI
 
 __all__ = ["install", "Recorder", "RecordingComm", "RecordingRequest", "KINDS", "BLOCKING_KINDS",
-           "kind_of", "sampled_digest", "TRACKED"]
+           "kind_of", "sampled_digest", "TRACKED", "shared_buffer_text"]
 
 BaseRequest = MPI.Request  # mpi4py's own, before install() replaces the module attribute
 BaseIntracomm = MPI.Intracomm
@@ -120,11 +123,28 @@ class Recorder:
             self.flush_polls()
             ident = next(self.ids)
             fields["at"] = self.caller()
+            if name in TRACKED and fields.get("nb"):
+                self.note_shared_buffer(name, fields)
             record = {"i": ident, "t": round(time.monotonic(), 6), "f": name, "k": kind, **fields}
             if threading.current_thread() is not threading.main_thread():
                 record["th"] = threading.current_thread().name
             self.write(record)
         return ident
+
+    def note_shared_buffer(self, name, fields):
+        """A send and a receive in flight at once through overlapping memory is erroneous in MPI (a send
+        buffer must not change, a receive buffer not be read, until the request completes). MPICH aborts
+        on some of these and Open MPI completes them, so the recorder notices them itself: the call's own
+        line gets "overlaps": the in-flight call it shares memory with. Written before MPI is called (call
+        with the lock held), so a job MPI aborts in that very call still says why."""
+        low = fields["addr"]
+        high, (reads, writes) = low + fields["nb"], buffer_roles(name)
+        for entry in self.requests.values():
+            if entry.span is None or not (writes and entry.reads or reads and entry.writes):
+                continue
+            if low < entry.span[1] and entry.span[0] < high:
+                fields["overlaps"] = {"i": entry.ident, "f": entry.name, "at": entry.fields.get("at")}
+                return
 
     def end(self, ident, **fields):
         with self.lock:
@@ -268,11 +288,13 @@ class Recorder:
 class Tracked:
     """A non-blocking call's request, its buffer, and (a send's) the buffer's digest when it was posted."""
 
-    __slots__ = ("ident", "name", "fields", "request", "buffer", "digest", "dropped")
+    __slots__ = ("ident", "name", "fields", "request", "buffer", "digest", "dropped", "span", "reads", "writes")
 
     def __init__(self, ident, name, fields, request, buffer, digest):
         self.ident, self.name, self.fields = ident, name, fields
         self.request, self.buffer, self.digest, self.dropped = request, buffer, digest, False
+        self.span = (fields["addr"], fields["addr"] + fields["nb"]) if fields.get("nb") else None
+        self.reads, self.writes = buffer_roles(name)
 
     @property
     def receives(self):
@@ -286,6 +308,21 @@ class Tracked:
 
     def release(self):
         self.request = self.buffer = None
+
+
+def buffer_roles(name):
+    """(whether MPI reads, whether it writes) the one buffer a tracked call's log line gives ("addr", "nb":
+    the send buffer where a call has two, as Isendrecv does)."""
+    lowered = name.lower()
+    return "send" in lowered, lowered in ("irecv", "isendrecv_replace")
+
+
+def shared_buffer_text(record):
+    """What a call's "overlaps" finding means, in the same words under every MPI."""
+    other = record["overlaps"]
+    return (f"sent and received through one buffer at once ({other['f']} at {other['at']} still in flight when "
+            f"{record['f']} at {record.get('at')} was posted on the same memory): erroneous in MPI, where a buffer in "
+            f"flight must not be touched; MPICH aborts on it where a rank sends to itself, Open MPI completes it")
 
 
 def buffer_array(buffer):
