@@ -75,9 +75,9 @@ def test_report_stops_naming_the_page_count_when_the_pdf_cannot_fit(tmp_path):
     (dict(course_accuracy=9.58), "The course's algorithm *collapsed in every run with 2 or more workers*. The remedy"),
     (dict(course_accuracy=91.0), "The course's algorithm *collapsed in every run at no worker count; its median runs "
                                  "reached 91.00 % (2 workers)*. The remedy"),
-    (dict(sync_time=2.5), "the exchange costs *more* than the split saves, as measured."),
-    (dict(sync_time=1.5, weak_time=1.0), "the exchange costs *more* than the split saves, yet the run was faster than "
-                                         "serial: the model misses the measured time"),
+    (dict(sync_time=2.5), "the exchange costs *more* than the split saves. The run agrees. Inside it a step took"),
+    (dict(sync_time=1.5, weak_time=1.0), "the exchange costs *more* than the split saves. Yet the run was faster than "
+                                         "serial: the model misses it. Inside it a step took"),
     (dict(sync_time=2.5, weak_time=1.0), "the best weak run reached 2.00× at P = 2, ahead of the best strong run"),
     (dict(sync_time=2.5, weak_time=3.0), "the best weak run reached 0.67× at P = 2, not ahead of the best strong run")])
 def test_the_pdf_says_what_the_numbers_say(tmp_path, settings, phrase):
