@@ -384,14 +384,15 @@ def train(args, comm):
 
 
 def core_times():
-    """(seconds this process has run on a core, seconds it has waited, runnable, for one) from the kernel's
-    /proc/self/schedstat; elsewhere (its CPU time, None). Ranks sharing too few cores show in both."""
+    """(seconds this process has run on a core, seconds it has waited, runnable, for one): its CPU time, and the
+    wait from the kernel's /proc/self/schedstat (None elsewhere). Ranks sharing too few cores show in both. The CPU
+    time is not schedstat's: the kernel brings that up to date only at a tick or a switch, so a short fit read 0."""
     try:
         with open("/proc/self/schedstat") as f:
-            ran, waited = f.read().split()[:2]
-        return int(ran) / 1e9, int(waited) / 1e9
-    except (OSError, ValueError):
-        return time.process_time(), None
+            waited = int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        waited = None
+    return time.process_time(), waited
 
 
 def departures(args, network):

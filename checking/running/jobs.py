@@ -186,7 +186,7 @@ def write_data(path, data_dir=None):
 
 Job = collections.namedtuple("Job", "name task processes arguments")
 Outcome = collections.namedtuple("Outcome", "job status returncode seconds log_dir stdout stderr results calls "
-                                            "waits stopped launch_error")
+                                            "waits stopped launch_error", defaults=(None,))  # None: a rank started
 
 
 def run_job(scratch, job, stall, limit, record=True, sandbox=None):
