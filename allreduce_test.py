@@ -2,12 +2,13 @@
 
 Usage:
     mpiexec -n <nprocs> python3 allreduce_test.py [--sizes 2^12,2^15,2^18,2^21] [--repeats 20]
-                                                  [--warmup 3] [--dtype float64] [--csv PATH]
+                                                  [--warmup 3] [--dtype float64] [--csv PATH] [--counts]
 
 For each size: the median over repetitions (after warm-up calls, a barrier before each, the
-slowest rank's time) of the three allreduces with MPI.SUM, their ratios, whether naive and ring
-equal MPI's answer and hold the same bits on every rank; then the elements each process sent,
-counted at the sends, next to the theory ((p-1)n naive, 2(p-1)n/p ring). Rank 0 prints.
+slowest rank's time) of the three allreduces with MPI.SUM, naive over ring, and whether naive and
+ring equal MPI's answer; then whether they held the same bits on every rank and sent the elements
+the theory says ((p-1)n naive, 2(p-1)n/p ring, counted at the sends; --counts prints them size by
+size). Rank 0 prints; --csv writes every figure.
 """
 import os
 
@@ -96,6 +97,8 @@ def parse_arguments():
                         help="untimed calls per size and algorithm first (default 3)")
     parser.add_argument("--dtype", choices=DTYPES, default="float64", help="element type (default float64)")
     parser.add_argument("--csv", metavar="PATH", help="also write the rows to this CSV file")
+    parser.add_argument("--counts", action="store_true",
+                        help="also print the elements each process sent, size by size, against the theory")
     parser.add_argument("--wait", choices=WAIT_POLICIES, default="auto",
                         help="how naive and ring wait for messages: spin, yield or auto (default; "
                              "spin unless the node has more ranks than cores); MPI's Allreduce is "
@@ -221,23 +224,24 @@ def yes(flag):
     return "yes" if flag else "NO"
 
 
-def print_tables(rows, dtype, repeats, warmup, policy):
-    """Rank 0: the timing table, then the elements-sent table."""
-    print(f"allreduce (MPI.SUM) of {dtype} arrays over {processes} processes: median of {repeats} "
-          f"repetitions, each the slowest rank's time, after {warmup} warm-up calls; naive and "
-          f"ring wait by the {policy!r} policy")
-    print(f"{'elements':>17} {'naive ms':>10} {'ring ms':>10} {'MPI ms':>10} {'ring/MPI':>9} "
-          f"{'naive/ring':>11} {'naive=MPI':>10} {'ring=MPI':>9} {'same bits':>10}")
+def print_times(rows, dtype, repeats, policy):
+    """Rank 0: the times and the checks, one line per size, then what every size agreed on."""
+    print(f"allreduce (sum), {dtype}, {processes} processes, ms: median of {repeats} calls, slowest rank; "
+          f"wait: {policy}")
+    print(f"{'elements':>17} {'naive':>9} {'ring':>9} {'MPI':>9} {'naive/ring':>11} {'naive=MPI':>10} {'ring=MPI':>9}")
     for row in rows:
-        print(f"{size_label(row['size']):>17} {row['naive_s'] * 1e3:10.3f} {row['ring_s'] * 1e3:10.3f} "
-              f"{row['mpi_s'] * 1e3:10.3f} {row['ring_over_mpi']:9.2f} {row['naive_over_ring']:11.2f} "
-              f"{yes(row['naive_equals_mpi']):>10} {yes(row['ring_equals_mpi']):>9} "
-              f"{yes(row['naive_same_bits'] and row['ring_same_bits']):>10}")
-    kind = "exactly" if np.issubdtype(np.dtype(dtype), np.integer) else \
-        "within the rounding bound p*eps*sum|x| (other summation orders)"
-    print(f"=MPI: equal to MPI's Allreduce {kind}")
-    print("same bits: naive and ring results bit-identical on all ranks")
-    print()
+        print(f"{size_label(row['size']):>17} {row['naive_s'] * 1e3:9.3f} {row['ring_s'] * 1e3:9.3f} "
+              f"{row['mpi_s'] * 1e3:9.3f} {row['naive_over_ring']:11.2f} {yes(row['naive_equals_mpi']):>10} "
+              f"{yes(row['ring_equals_mpi']):>9}")
+    kind = "exactly" if np.issubdtype(np.dtype(dtype), np.integer) else "up to rounding (p*eps*sum|x|)"
+    print(f"=MPI: equal to MPI's Allreduce {kind}; same bits on every rank: "
+          f"{yes(all(row['naive_same_bits'] and row['ring_same_bits'] for row in rows))}")
+    print(f"elements sent per process (counted): naive (p-1)n, ring 2(p-1)n/p: "
+          f"{'as predicted' if all(row['sent_as_predicted'] for row in rows) else 'NOT as predicted (--counts)'}")
+
+
+def print_counts(rows):
+    """Rank 0 (--counts): the elements each process sent, per size, against the theory."""
     print("elements sent per process, counted at the sends, against theory")
     print(f"{'elements':>17} {'naive sent':>12} {'(p-1)n':>12} {'ring sent':>21} {'2(p-1)n/p':>14} "
           f"{'ring, all ranks':>16} {'2(p-1)n':>12} {'as predicted':>13}")
@@ -278,7 +282,10 @@ def main():
     policy = Waiter(comm, arguments.wait).policy  # the allreduces find it by the communicator
     rows = [measure(size, arguments.dtype, arguments.repeats, arguments.warmup) for size in arguments.sizes]
     if is_root:
-        print_tables(rows, arguments.dtype, arguments.repeats, arguments.warmup, policy)
+        print_times(rows, arguments.dtype, arguments.repeats, policy)
+        if arguments.counts:
+            print()
+            print_counts(rows)
         if arguments.csv:
             write_csv(arguments.csv, rows)
     checks = ("naive_equals_mpi", "ring_equals_mpi", "naive_same_bits", "ring_same_bits",

@@ -379,20 +379,23 @@ def train(args, comm):
     if args.json:
         answers = np.bincount(network.predict(test_data[0]), minlength=network.sizes[-1])
         measured = {"cpu_time_per_rank": [c[0] for c in cores], "core_wait_per_rank": [c[1] for c in cores],
+                    "core_turns_per_rank": [c[2] for c in cores],
                     "top_class": int(answers.argmax()), "top_class_share": float(answers.max() / answers.sum())}
         write_record(args, network, seed, comm, elapsed, accuracy, memory, measured)
 
 
 def core_times():
-    """(seconds this process has run on a core, seconds it has waited, runnable, for one): its CPU time, and the
-    wait from the kernel's /proc/self/schedstat (None elsewhere). Ranks sharing too few cores show in both. The CPU
-    time is not schedstat's: the kernel brings that up to date only at a tick or a switch, so a short fit read 0."""
+    """(seconds this process has run on a core, seconds it has waited, runnable, for one, turns on a core): its
+    CPU time, and from the kernel's /proc/self/schedstat the wait and how many times it was put on a core (None
+    elsewhere). Ranks sharing too few cores show in all three. The CPU time is not schedstat's: the kernel brings
+    that up to date only at a tick or a switch, so a short fit read 0."""
     try:
         with open("/proc/self/schedstat") as f:
-            waited = int(f.read().split()[1]) / 1e9
+            fields = f.read().split()
+        waited, turns = int(fields[1]) / 1e9, int(fields[2])
     except (OSError, ValueError, IndexError):
-        waited = None
-    return time.process_time(), waited
+        waited = turns = None
+    return time.process_time(), waited, turns
 
 
 def departures(args, network):

@@ -1,16 +1,17 @@
 """Run the course's experiments and write results/*.csv, the plots, results/REPORT.md and results/hw3.pdf.
 
 Usage:
-    python3 report.py                      # the whole matrix, 5 epochs: about 6 minutes on 2 quiet cores
-    python3 report.py --repeats 3          # each configuration 3 times (seeds 1-3): about 15-20 min on 2 quiet cores
+    python3 report.py                      # the whole matrix, 5 epochs: about 4 minutes on 2 quiet cores
+    python3 report.py --repeats 3          # each configuration 3 times (seeds 1-3): about 11 min on 2 quiet cores
     python3 report.py --quick              # tiny settings, P <= 4, into results/quick/ (about a minute)
     python3 report.py --report-only        # refit the model, redraw the plots, REPORT.md and hw3.pdf from --out's CSVs
 
-In order: micro-benchmarks of a training step, a validation pass and the allreduce's op in this process; the matrix
-(reporting/runs.py) under this Python's mpiexec, one BLAS thread per process; one traced epoch of a few runs. Before
-each, it waits (--quiet-wait seconds at most) until other processes use fewer than --quiet-below cores
-(reporting/quiet.py), records what it measured in runs.csv, and stops if the machine stays busy. See docs/model.md.
-hw3.pdf is the course's report (at most 5 pages, typeset by Typst from reporting/hw3.typ.j2); REPORT.md its companion.
+In order: micro-benchmarks (a training step, a validation pass and the op in this process; the allreduces taken apart
+on 2, bench/allreduce_parts.py), the matrix (reporting/runs.py) under this Python's mpiexec, one BLAS thread per
+process, and a traced epoch of a few runs. Before each it waits, --quiet-wait seconds at most, until other processes
+use under --quiet-below cores (reporting/quiet.py), records what it measured in runs.csv, and stops if the machine
+stays busy. hw3.pdf is the course's report (at most 5 pages, typeset by Typst from reporting/hw3.typ.j2); REPORT.md
+its companion. See docs/model.md.
 """
 import os
 
@@ -30,7 +31,8 @@ from reporting.quiet import wait_for_quiet  # noqa: E402
 from reporting.render import write_report  # noqa: E402
 from reporting.results import Results  # noqa: E402
 from reporting.runs import (ASYNC_VARIANTS, TRACES, Progress, experiment_matrix,  # noqa: E402
-                            machine_info, run_allreduce_test, run_trace, run_training)
+                            machine_info, run_allreduce_test, run_breakdown, run_trace,
+                            run_training)
 from launcher import family_of, launcher  # noqa: E402
 from utils import load_mnist, write_csv  # noqa: E402
 
@@ -82,7 +84,7 @@ def run_all(options):
     write_info(out, info)  # already now, so that --report-only works on a run cut short
     matrix = [(e, r) for e in experiment_matrix(options) for r in range(options.repeats)]
     traces = 0 if options.skip_traces else len(TRACES)
-    progress, runs, allreduce_rows = Progress(1 + len(matrix) + traces), [], []
+    progress, runs, allreduce_rows = Progress(2 + len(matrix) + traces), [], []
     start = time.perf_counter()
     info["compute_quiet"] = quiet_gate(options, progress, "the micro-benchmarks")
     progress.show("running the micro-benchmarks")
@@ -91,6 +93,11 @@ def run_all(options):
     write_csv(os.path.join(out, "compute.csv"), compute)
     write_info(out, info)
     progress.show(f"micro-benchmarks: {1e3 * compute[15]['seconds']:.3f} ms per step of 16 rows", True)
+    quiet_gate(options, progress, "the allreduces taken apart")
+    rows, error = run_breakdown(options, largest_size(options.allreduce_sizes or COURSE_SIZES))
+    info["breakdown"] = {"rows": rows, "error": error}
+    write_info(out, info)
+    progress.show(f"allreduces taken apart: {'done' if rows else error[:60]}", True)
     for experiment, repeat in matrix:
         quiet = quiet_gate(options, progress, experiment.name())
         progress.show(f"running {experiment.name()}")
@@ -229,7 +236,9 @@ def failed_runs(results):
     lines = [f"{row['label']} P={row['processes']} (seed {row.get('seed') or '-'}): {row.get('error') or row['status']}"
              for row in results.runs if row["status"] != "ok"]
     traces = (results.info.get("traces") or {}).items()
-    return lines + [f"trace {stem}: {trace['error']}" for stem, trace in traces if trace.get("error")]
+    breakdown = (results.info.get("breakdown") or {}).get("error")
+    return lines + [f"trace {stem}: {trace['error']}" for stem, trace in traces if trace.get("error")] + (
+        [f"the allreduces taken apart (P=2): {breakdown}"] if breakdown else [])
 
 
 def main(argv=None):
@@ -244,7 +253,7 @@ def main(argv=None):
     failed = failed_runs(results)
     for line in failed:
         print(f"report.py: failed: {line}", file=sys.stderr)
-    total = len(results.runs) + len(results.info.get("traces") or {})
+    total = len(results.runs) + len(results.info.get("traces") or {}) + ("breakdown" in results.info)
     if failed and not options.allow_missing:
         sys.exit(f"report.py: error: {len(failed)} of {total} runs failed (listed above): nothing rendered; fix "
                  f"them and run again, or render the others with --allow-missing (the report then lists these)")

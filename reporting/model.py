@@ -89,12 +89,10 @@ def fit_per_processes(rows, gamma):
 
 def exchange_time(fits, name, p, elements):
     """Seconds of one allreduce of `elements` over p processes by the fitted form; None without constants."""
-    if p == 1:
-        return 0.0
-    if name not in fits:
-        return None
-    return sum(count * constant for count, constant in zip(
-        (FORMS[name](p)[0], FORMS[name](p)[1] * elements, FORMS[name](p)[2] * elements), fits[name]))
+    if p == 1 or name not in fits:
+        return 0.0 if p == 1 else None
+    (a, b, c), (alpha, beta, gamma) = FORMS[name](p), fits[name]
+    return a * alpha + (b * beta + c * gamma) * elements
 
 
 class CostModel:

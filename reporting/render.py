@@ -18,7 +18,6 @@ import pypdf
 import typst
 
 from reporting.model import FORMS, exchange_time
-from reporting.plots import ZOOM
 from reporting.results import COLLAPSED_FROM, mean
 
 
@@ -47,10 +46,9 @@ def choose(condition, yes, no):
 
 FILTERS = {"sec": number("{:.2f} s"), "ms": number("{:.3g} ms", 1e3), "pct": number("{:.2f} %"),
            "times": number("{:.2f}×"), "signed": number("{:+.0f} %", 100), "share": number("{:.0f} %", 100),
-           "share1": number("{:.1f} %", 100),
-           "num": number("{:.3g}"), "thousands": number("{:,.0f}"), "fixed": number("{:.2f}"),
-           "points": number("{:+.2f}"), "us": number("{:.1f} µs", 1e6), "ns": number("{:.3f} ns", 1e9),
-           "MB": number("{:.2f} MB", 1e-6), "GB": number("{:.2f} GB", 1e-9), "minutes": number("{:.1f} min", 1 / 60),
+           "share1": number("{:.1f} %", 100), "num": number("{:.3g}"), "thousands": number("{:,.0f}"),
+           "fixed": number("{:.2f}"), "one": number("{:.1f}"), "us": number("{:.1f} µs", 1e6),
+           "ns": number("{:.3f} ns", 1e9), "MB": number("{:.2f} MB", 1e-6), "minutes": number("{:.1f} min", 1 / 60),
            "choose": choose,  # and for hw3.typ.j2, a run's console output as a Typst string literal:
            "string": lambda text: markupsafe.Markup('"{}"'.format(text.replace("\\", "\\\\").replace('"', '\\"')))}
 
@@ -122,42 +120,60 @@ def sync(r, f):
              weak_speedups=[e["speedup"] for e in plain], strong_faster=best_strong["time"] < r.serial["time"],
              weak_steps=(plain[0], plain[-1]), weak_rule=at(rule, plain[-1]["processes"]))
     f["weak_step_grows"] = f["weak_steps"][1]["compute"] > f["weak_steps"][0]["compute"]
+    f["weak_fell"] = f["weak_steps"][1]["test_accuracy"] < r.serial["test_accuracy"]
 
 
 def model(r, f):
-    """Q3: every term of the model of serial and strong scaling against what the runs measured."""
+    """Q3: every term of the model of serial and strong scaling against what the runs measured, and a rank's CPU time
+    and turns on a core (the kernel's count) per step against the model's compute, allreduce and validation share."""
     rows = []
     for e in [r.serial] + r.series("sync ring strong"):
-        m = r.model.run(e)
+        m, cpu, turns = r.model.run(e), e.get("cpu_time_per_rank"), e.get("core_turns_per_rank")
+        n = m["steps"]  # the record's count of steps, else epochs × mini-batches
         rows.append(dict(e=e, m=m, compute=per_step(e, "compute_time"), exchange=per_step(e, "communication_time"),
-                         error=error(m["time"], e["time"]), core_wait=mean(e.get("core_wait_per_rank") or [])))
+                         error=error(m["time"], e["time"]), core_wait=mean(e.get("core_wait_per_rank") or []),
+                         cpu=cpu and mean(cpu) / n, busy_cores=cpu and sum(cpu) / e["time"],
+                         turns=mean(turns) / n if turns and None not in turns else None,
+                         alone=m["compute"] + m["exchange"] + e["epochs"] * m["evaluation"] / n,
+                         own_core=m["time"] and m["time"] / m["share"]))
+        rows[-1]["extra"] = rows[-1]["cpu"] - rows[-1]["alone"] if rows[-1]["cpu"] is not None else None
     f["model_rows"] = rows  # the table, even where a comparison below cannot be made
+    whole, half = r.model.compute(r.model.batch), r.model.compute(r.model.batch / 2)
+    serial_part = 2 * half / whole - 1  # a step = a + b·rows: a's share of a whole step does not shrink with P
+    f["amdahl"] = dict(part=serial_part, bounds=[(p, 1 / (serial_part + (1 - serial_part) / p))
+                                                for p in r.settings["processes"]])
     p2 = next(c for c in rows if c["e"]["processes"] == 2)
     saved = rows[0]["m"]["compute"] - p2["m"]["compute"]
     crowded = [c for c in rows if c["e"]["processes"] > r.cores]
     f.update(p2=p2, saved_compute=abs(saved), split_saves=saved > 0, ring=r.fits.get("ring"),
-             exchange_costs_more=p2["m"]["exchange"] > saved, p2_faster=p2["e"]["time"] < r.serial["time"],
+             exchange_costs_more=p2["m"]["exchange"] > saved, p2_speed=speed(p2["e"]["time"], r.serial["time"]),
              t_eval=r.model.evaluation, error_fair=median_error(c["error"] for c in rows if c not in crowded),
              crowded_ratio=spread(c["e"]["time"] / c["m"]["time"] for c in crowded if c["m"]["time"]),
              crowded_wait=crowded and dict(crowded[-1], share=crowded[-1]["core_wait"] / crowded[-1]["e"]["time"]))
-    f["model_agrees"] = f["exchange_costs_more"] != f["p2_faster"]
-    if crowded:
-        f["underestimates"] = f["crowded_ratio"][0] > 1
+    f["last_busy"] = crowded and f["crowded_wait"]["busy_cores"] and f["crowded_wait"]["busy_cores"] >= BUSY * r.cores
+    f["p2_parts_slower"] = None not in (p2["compute"], p2["exchange"]) and all(
+        p2[key] > p2["m"][key] for key in ("compute", "exchange"))
+    f["cpu_grew"] = f["crowded_wait"]["extra"] > 0 if crowded and f["crowded_wait"]["extra"] is not None else None
+
+
+def speed(time, reference):
+    """"faster", "slower" or "tie": `time` against `reference`, a tie within TIE of it."""
+    return "tie" if abs(time - reference) <= TIE * reference else "faster" if time < reference else "slower"
 
 
 def causes(r, e):
-    """An async run's measured causes of its time (Q6): per mini-batch of a worker its compute, its wait, the most of
-    that wait the busiest master can hold it (W gradients, each the master's time per update D_max), and its wait for a
-    core; each rank's share of the run on a core; the busiest master's busy share."""
+    """An async run's measured causes of its time (Q6, Q7): the cores its ranks kept busy; per mini-batch their CPU
+    time, split into the workers' compute, the rest of the workers' (their waiting) and the masters'; their turns on a
+    core; the busiest master's time per update D_max, busy share and share of the parameters."""
     service = [d for d in e.get("master_service_time") or [] if d is not None]
-    d_max = max(service) if service else None
-    batches = e["epochs"] * e["batches"]
-    workers_waited = e.get("core_wait_per_rank") and e["core_wait_per_rank"][e["masters"]:]
-    return dict(e, d_max=d_max, master_bound=d_max and e["workers"] * d_max,
+    batches, masters = e["epochs"] * e["batches"], e["masters"]
+    cpu, turns = e.get("cpu_time_per_rank"), e.get("core_turns_per_rank")
+    return dict(e, d_max=max(service) if service else None, busy_cores=cpu and sum(cpu) / e["time"],
+                batch_cpu=cpu and sum(cpu) / batches, masters_cpu=cpu and sum(cpu[:masters]) / batches,
+                workers_cpu=cpu and sum(cpu[masters:]) / batches, masters_cores=cpu and sum(cpu[:masters]) / e["time"],
+                batch_turns=sum(turns) / batches if turns and None not in turns else None,
                 busy=e.get("master_busy_fraction") and max(e["master_busy_fraction"]),
                 serving=sum(1 for size in e.get("shard_sizes") or [] if size),
-                on_core=mean(e["cpu_time_per_rank"]) / e["time"] if e.get("cpu_time_per_rank") else None,
-                core_wait=None if not workers_waited or None in workers_waited else sum(workers_waited) / batches,
                 share=e.get("shard_sizes") and max(e["shard_sizes"]) / r.model.parameters)
 
 
@@ -172,48 +188,47 @@ def asynchronous(r, f):
              async_pairs=[dict(a=a, b=b, faster=a["time"] < b["time"]) for a, b in pairs if a and b],
              busy_range=spread(e["busy"] for e in asked), largest_layer=(layers[0], layers[1], (
                  layers[0] * layers[1] + layers[1]) / r.model.parameters))
-    known = [e for e in asked if None not in (e["core_wait"], e["master_bound"])]
-    f["core_over_master"] = all(e["core_wait"] > e["master_bound"] for e in known) if known else None
-    f["master_below_wait"] = all(e["master_bound"] < e["worker_wait_per_batch"] for e in known) if known else None
+    f["async_busy"] = all(e["busy_cores"] >= BUSY * r.cores for e in asked) if all(
+        e["busy_cores"] for e in asked) else None
+    f["busy_cores_range"] = spread(e["busy_cores"] for e in asked)
+    f["masters_idle"] = f["busy_range"] and f["busy_range"][1] < 0.5
+    f.update(step_alone=r.model.compute(r.model.batch), masters_cores=spread(e["masters_cores"] for e in asked))
 
 
 def split(r, f):
-    """Q7: the parameter server on 1, 2 and 4 masters, by whole layers (the course's) and in equal slices; whether any
-    run's workers kept the busiest master busy (W* = W / its busy share), and question 5's run of the same setting."""
-    rows = [causes(r, e) for e in r.entries("split")]
-    for e in rows:  # from the busy share as printed (to 0.1 %), so that W / busy on the page gives W*
+    """Q7: the parameter server on 1, 2 and 4 masters, by the course's whole layers; whether any run's workers kept
+    the busiest master busy (W* = W / its busy share), its CPU per update, and question 5's run of the same setting."""
+    layers = sorted((causes(r, e) for e in r.entries("split")), key=lambda e: e["masters"])
+    for e in layers:  # from the busy share as printed (to 0.1 %), so that W / busy on the page gives W*
         e["saturation"] = e["workers"] / round(e["busy"], 3)
-    one = next(e for e in rows if e["masters"] == 1)
-    by = lambda shard: [one] + sorted((e for e in rows if e["shard"] == shard and e["masters"] > 1),  # noqa: E731
-                                      key=lambda e: e["masters"])
-    layers = by("layers")
-    twin = r.get(f"async {layers[-1]['masters']}m", layers[-1]["processes"])  # question 5's run of this setting
+    first, last = layers[0], layers[-1]
+    twin = r.get(f"async {last['masters']}m", last["processes"])  # question 5's run of this setting
     updates = twin and twin["epochs"] * twin["batches"]
-    f.update(split_rows=rows, split_one=one, split_layers=layers, split_balanced=by("balanced"),
-             split_saturated=any(e["workers"] >= e["saturation"] for e in rows),
-             split_processes=sorted({e["processes"] for e in rows}), split_twin=twin and dict(
-                 twin, updates=updates, train_rate=updates / twin["train_time"] if twin.get("train_time") else None,
-                 time_rate=updates / twin["time"]))
+    f.update(split_one=first, split_layers=layers, d_max_shrank=last["d_max"] < (1 - TIE) * first["d_max"],
+             split_saturated=any(e["workers"] >= e["saturation"] for e in layers), split_twin=twin and dict(
+                 twin, updates=updates, train_rate=updates / twin["train_time"] if twin.get("train_time") else None))
+    f["split_cpu_grew"] = None if None in (first["batch_cpu"], last["batch_cpu"]) else (
+        last["batch_cpu"] > (1 + TIE) * first["batch_cpu"] and last["updates_per_second"] < first["updates_per_second"])
 
 
 def collapse(r, f):
-    """Q9: every course async run by workers, from how many workers on every run collapsed, and --many-workers'
-    effect seed by seed over the course's run of the same masters and processes at the most workers."""
+    """Q9: every course async run by workers, from how many workers on every run collapsed, and how --many-workers'
+    runs ended (collapsed or not, the lowest accuracy)."""
     course = sorted((e for e in r.entries("async") if BEYOND not in e["label"]), key=lambda e: e["workers"])
     beyond = [e for e in r.entries("async") if BEYOND in e["label"]]
     known = all(e["collapsed_runs"] is not None for e in course)
     gone = lambda w: all(e["collapsed_runs"] == e["ok_runs"] for e in course if e["workers"] >= w)  # noqa: E731
     start = next((w for w in sorted({e["workers"] for e in course}) if gone(w)), None) if known else Dash()
-    most = max(beyond, key=lambda e: e["workers"])
-    twin = r.get(most["label"].replace(" " + BEYOND, ""), most["processes"])
-    seeds = {x.get("seed"): x["test_accuracy"] for x in twin["seed_runs"]}
-    gains = [x["test_accuracy"] - seeds[x.get("seed")] for x in most["seed_runs"] if x.get("seed") in seeds]
-    counts = [e["collapsed_runs"] for e in beyond]
+    counts, below = [e["collapsed_runs"] for e in beyond], [e for e in course if e["workers"] > 1 and (
+        start is None or not isinstance(start, Dash) and e["workers"] < start)]
+    short = [a for e in below for a in e["run_accuracies"] if a < r.serial["mean_accuracy"] - SHORT]
+    f["fell_short"] = dict(count=len(short), total=sum(len(e["run_accuracies"]) for e in below), runs=short,
+                           workers=sorted({e["workers"] for e in below}))
     f.update(course_all=course, course_from=start, course_below=[e for e in course if start is None or (
-        not isinstance(start, Dash) and e["workers"] < start)], beyond_most=most, beyond_gains=spread(gains),
-        beyond_lowest=min(a for e in beyond for a in e["run_accuracies"]), beyond_all=beyond,
-        beyond_collapsed=None if None in counts else sum(counts), compensation=most.get("compensation"),
-        staleness_bound=most.get("max_staleness"))
+        not isinstance(start, Dash) and e["workers"] < start)], beyond_all=beyond,
+        beyond_lowest=min(a for e in beyond for a in e["run_accuracies"]), beyond_runs=sum(e["ok_runs"] for e in beyond),
+        beyond_collapsed=None if None in counts else sum(counts), staleness_bound=beyond[0].get("max_staleness"),
+        compensation=beyond[0].get("compensation"))
 
 
 def tradeoff(r, f):
@@ -224,6 +239,7 @@ def tradeoff(r, f):
     rows = [(p, cells) for p, cells in rows if cells[0] and any(cells[1:])]
     p, (sync_entry, *asyncs) = rows[0]
     async_entry = next(e for e in asyncs if e)
+    f["tradeoff_exchange"] = per_step(r.get("sync ring strong", p), "communication_time")
     f.update(tradeoff_rows=rows, tradeoff=dict(
         p=p, sync=sync_entry, asynchronous=async_entry, faster=async_entry["mean_time"] < sync_entry["mean_time"],
         more_accurate=async_entry["mean_accuracy"] > sync_entry["mean_accuracy"]))
@@ -246,12 +262,29 @@ def allreduce(r, f):
     sent = lambda name, p: 8 * FORMS[name](p)[1] * r.model.parameters  # noqa: E731 - bytes per process and step
     f["gradient_sent"] = [(p, sent("naive", p), sent("ring", p)) for p in r.settings["processes"]]
     two = next(x for x in rows if x["processes"] == 2 and x["size"] == largest)
-    fits, gamma = r.fits_by_p[2], r.gamma
-    reduced = (FORMS["naive"](2)[2] - FORMS["ring"](2)[2]) * largest * gamma  # elements naive reduces beyond the ring
+    reduced = (FORMS["naive"](2)[2] - FORMS["ring"](2)[2]) * largest * r.gamma  # what naive reduces beyond the ring
     gap = two["naive_s"] - two["ring_s"]
-    f.update(gamma=gamma, fits2=fits, gap=dict(n=largest, naive=two["naive_s"], ring=two["ring_s"], gap=gap,
-                                               reduced=reduced, share=reduced / gap if gap > 0 else None))
-    f["gamma_explains"] = f["gap"]["share"] is not None and f["gap"]["share"] >= 0.5
+    f.update(gamma=r.gamma, gap=dict(n=largest, naive=two["naive_s"], ring=two["ring_s"], gap=gap, reduced=reduced,
+                                     share=reduced / gap if gap > 0 else None))
+    f["parts"] = taken_apart(r.info.get("breakdown") or {})
+
+
+def taken_apart(breakdown):
+    """Q11: the P = 2 job that timed each allreduce whole, the reduction inside it and its messages alone -> per
+    algorithm {allreduce, reduction, rest = allreduce - reduction, messages, per_element}, the gap naive - ring split
+    the same way, each part's share of it, and whether the reduction's is most of it; None where it did not run."""
+    seconds = {x["part"]: x["seconds"] for x in breakdown.get("rows") or []}
+    if not seconds:
+        return None
+    size = breakdown["rows"][0]["size"]
+    parts = {name: {part: seconds[f"{name} {part}"] for part in ("allreduce", "reduction", "messages")}
+             for name in ("naive", "ring")}
+    for name, p in parts.items():
+        p.update(rest=p["allreduce"] - p["reduction"], per_element=p["reduction"] / (size * FORMS[name](2)[2]))
+    gap = {part: parts["naive"][part] - parts["ring"][part] for part in ("allreduce", "reduction", "rest", "messages")}
+    share = {part: gap[part] / gap["allreduce"] if gap["allreduce"] > 0 else None for part in gap}
+    return dict(parts, gap=gap, size=size, share=share, reduction_explains=share["reduction"] is not None and share[
+        "reduction"] >= 0.5, messages_alike=abs(gap["messages"]) <= SIMILAR * gap["allreduce"])
 
 
 def ring_faster_from(rows):
@@ -273,6 +306,7 @@ def consoles(r, f):
     for p in counts:
         check_timing_console(r.console("allreduce_test", p), [x for x in r.allreduce if x["processes"] == p])
     f.update(console_sync=quoted(strong), console_async=quoted(default), console_async_asked=quoted(asked),
+             console_sync_asked=quoted([pair for pair in strong if pair[1] == 1 or pair[1] in COURSE_SYNC]),
              sync_asked=[p for _, p in strong if p in COURSE_SYNC and r.console("sync ring strong", p)],
              console_allreduce=quoted([("allreduce_test", p) for p in counts]))
 
@@ -314,6 +348,10 @@ COURSE_SYNC = (4, 8, 16)  # the process counts of the course's synchronous runs 
 COURSE_ASYNC = ((2, 4), (2, 8), (4, 8), (4, 16))  # its asynchronous runs, (masters, processes) (question 5)
 # Question 6's comparisons, (masters, processes) against (masters, processes): one setting changed at a time
 COURSE_PAIRS = (((2, 8), (2, 4)), ((4, 8), (2, 8)), ((4, 16), (4, 8)))
+SHORT = 5  # points of test accuracy below serial's mean from which a run that did not collapse fell short of it
+SIMILAR = 0.25  # Q11: the two allreduces' messages alone cost about the same when they differ by a quarter of the gap
+TIE = 0.03  # two times within 3 % of each other are called as fast: the same run varies more than that
+BUSY = 0.85  # a run kept the cores busy when its ranks' CPU time came to 85 % of cores × its time or more
 BEYOND = "many-workers"  # the label of the async runs with main.py's departures, beyond the assignment
 QUESTIONS = 13  # the course's report questions, answered as sections 1-13 in its order
 MAX_PAGES = 5  # the course's limit on hw3.pdf
@@ -322,7 +360,7 @@ MARKUP = re.compile(r"([\\#$*_@<>\[\]`~=/+'\"-])")  # Typst's markup characters:
 
 def figures(results):
     """The one dictionary REPORT.md is rendered from, and the groups of it that could not be computed."""
-    f, missing = {"zoom": ZOOM}, []
+    f, missing = {}, []
     for group in GROUPS:
         try:
             group(results, f)

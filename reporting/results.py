@@ -60,8 +60,7 @@ class Results:
         self.compute_rows = median_rows(read_csv(os.path.join(out, "compute.csv")), ("kind", "rows"))
         with open(os.path.join(out, "run_info.json")) as f:
             self.info = json.load(f)
-        self.machine, self.settings = self.info["machine"], self.info["settings"]
-        self.cores = self.machine["cores"]
+        self.machine, self.settings, self.cores = self.info["machine"], self.info["settings"], self.info["machine"]["cores"]
         self.configs = aggregate(self.runs)
         reduce = [r for r in self.compute_rows if r["kind"] == "reduce"]
         self.gamma = reduce[-1]["seconds"] / reduce[-1]["rows"] if reduce else None

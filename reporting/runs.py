@@ -3,7 +3,7 @@
 A run that fails or hangs is a row with status "failed" and a one-line error: nothing here stops because
 one experiment broke, and a feature that has not landed yet (an option main.py rejects) is just a failed row.
 """
-__all__ = ["Experiment", "experiment_matrix", "main_command", "run_training", "run_allreduce_test",
+__all__ = ["Experiment", "experiment_matrix", "main_command", "run_training", "run_allreduce_test", "run_breakdown",
            "run_trace", "TRACES", "Progress", "machine_info", "ASYNC_VARIANTS"]
 
 import json
@@ -38,7 +38,7 @@ class Experiment:
     masters: int = 0
     scaling: str = ""  # sync, over the ring allreduce: strong (the course's) or weak
     async_variant: str = ""
-    shard: str = ""  # split: balanced (by parameter count) or layers (the course's whole layers, round robin)
+    shard: str = ""  # split: layers, the course's whole layers round robin (main.py --shard)
     rule: str = ""  # weak sync: "" is main.py's default large-batch rule, "off" plain SGD, step lr*min(1, 2/P)
 
     @property
@@ -60,10 +60,10 @@ def async_experiment(masters, p, variant):
     return Experiment(label, "async", p, masters=masters, async_variant=variant)
 
 
-def split_experiment(masters, workers, shard):
-    """The parameter server split over `masters` (Q7), `workers` workers, the course's algorithm but for `shard`."""
-    return Experiment(f"split {shard} {masters}m", "split", masters + workers, masters=masters,
-                      async_variant="course", shard=shard)
+def split_experiment(masters, workers):
+    """The parameter server split over `masters` by whole layers, the course's algorithm (Q7), `workers` workers."""
+    return Experiment(f"split layers {masters}m", "split", masters + workers, masters, async_variant="course",
+                      shard="layers")
 
 
 def experiment_matrix(options):
@@ -74,9 +74,7 @@ def experiment_matrix(options):
         matrix += [sync_experiment(scaling, p, rule) for p in options.processes]
     for variant in options.async_variants:
         matrix += [async_experiment(m, p, variant) for m, p in options.async_runs]
-    for masters in options.split_masters:  # one master owns every layer under either split: run it once
-        matrix += [split_experiment(masters, options.split_workers, shard)
-                   for shard in (("balanced", "layers") if masters > 1 else ("balanced",))]
+    matrix += [split_experiment(masters, options.split_workers) for masters in options.split_masters]
     return matrix + [Experiment("allreduce_test", "allreduce_test", p) for p in options.allreduce_processes]
 
 
@@ -195,7 +193,8 @@ def record_fields(experiment, record):
               "epoch_accuracy": ";".join(f"{a:.2f}" for a in record.get("epoch_accuracy") or []),
               "peak_rss_mb": round(record.get("peak_rss_mb", 0.0), 1), "wait_policy": stats.get("wait_policy"),
               "samples_per_epoch": settings["batches"] * settings["batch_size"],
-              **{key: record.get(key) for key in ("top_class_share", "cpu_time_per_rank", "core_wait_per_rank")}}
+              **{key: record.get(key) for key in ("top_class_share", "cpu_time_per_rank", "core_wait_per_rank",
+                                                          "core_turns_per_rank")}}
     if experiment.mode == "sync" and "steps" in stats:
         per_step = settings["batch_size"] * (experiment.processes if experiment.scaling == "weak" else 1)
         fields.update({key: stats.get(key) for key in ("steps", "compute_time", "communication_time",
@@ -248,6 +247,17 @@ def run_allreduce_test(experiment, options, repeat, records_dir, quiet):
         return dict(row, status="failed", error=failure(returncode, stderr, options.timeout)), []
     status = "ok" if returncode == 0 else "checks failed"  # it exits 1 when an answer disagrees
     return dict(row, status=status, error="" if returncode == 0 else failure(returncode, stderr, 0)), rows
+
+
+def run_breakdown(options, size):
+    """bench/allreduce_parts.py on 2 ranks at `size` elements -> (its CSV rows, error or None)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "breakdown.csv")
+        command = [*launcher(options, 2), sys.executable, os.path.join("bench", "allreduce_parts.py"), "--size",
+                   str(size)]
+        returncode, _, stderr = run_command(command + ["--csv", path], options.timeout)
+        rows = read_csv(path) if returncode == 0 and os.path.exists(path) else []
+    return rows, None if rows else failure(returncode, stderr, options.timeout)
 
 
 def run_trace(stem, experiment, options, folder):

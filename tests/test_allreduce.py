@@ -101,9 +101,11 @@ def test_at_one_process_alone_the_volumes_are_skipped_and_the_rest_judged():
 def test_benchmark_agrees_and_counts_bytes_as_predicted(tmp_path):
     table = tmp_path / "allreduce.csv"
     result = run_mpi(3, "allreduce_test.py", "--sizes", "1,2,3,1000,2^10", "--repeats", "2",
-                     "--warmup", "1", "--csv", table)
+                     "--warmup", "1", "--csv", table, "--counts")
     assert result.returncode == 0, result.stderr
-    assert "ring/MPI" in result.stdout and "2(p-1)n/p" in result.stdout
+    assert "naive/ring" in result.stdout and "same bits on every rank: yes" in result.stdout
+    assert "2(p-1)n/p: as predicted" in result.stdout  # the summary line, then --counts' table
+    assert "1,333-1,334" in result.stdout and "as predicted: every rank sent exactly" in result.stdout
     rows = list(csv.DictReader(table.open()))
     assert [int(row["size"]) for row in rows] == [1, 2, 3, 1000, 1024]
     for row in rows:

@@ -13,9 +13,11 @@ TIMEOUT = 180  # seconds; each run below takes a few on 2 idle cores
 def check_measured(record, processes):
     """The fields are there, one per rank, and consistent with the run's own time and answers."""
     assert len(record["cpu_time_per_rank"]) == len(record["core_wait_per_rank"]) == processes
-    for ran, waited in zip(record["cpu_time_per_rank"], record["core_wait_per_rank"]):
+    assert len(record["core_turns_per_rank"]) == processes
+    for ran, waited, turns in zip(*(record[f"{key}_per_rank"] for key in ("cpu_time", "core_wait", "core_turns"))):
         assert 0 < ran <= processes * record["time"] + 0.5  # a rank's CPU time within its wall time (+ slack)
         assert waited is None or waited >= 0
+        assert turns is None or (isinstance(turns, int) and turns >= 0)  # times the kernel put it on a core
     assert 0 <= record["top_class"] < 10
     assert 0.1 <= record["top_class_share"] <= 1.0  # 10 classes: the most frequent gets at least a tenth
 

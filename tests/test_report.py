@@ -2,6 +2,7 @@
 hw3.pdf."""
 import csv
 import json
+import os
 import re
 
 import pytest
@@ -44,11 +45,12 @@ def test_quick_run_writes_csvs_plots_and_every_answer(tmp_path):
     out = tmp_path / "out"
     result = run_python("report.py", "--quick", "--out", out, "--data-dir", data, timeout=QUICK_TIMEOUT)
     assert result.returncode == 0, result.stderr
-    total = 1 + 1 + 6 + 6 + 5 + 2 + 4  # micro-benchmarks, serial, sync, async, master splits, allreduce_test, traces
+    total = 1 + 1 + 1 + 6 + 6 + 3 + 2 + 4  # micro-benchmarks, the P = 2 breakdown, serial, sync, async, master
+    # splits, allreduce_test, traces
     assert re.search(rf"\[#+\] {total}/{total}", result.stderr), result.stderr  # the progress bar ended
     with open(out / "runs.csv", newline="") as f:
         runs = list(csv.DictReader(f))
-    assert [r["mode"] for r in runs] == (["serial"] + ["sync"] * 6 + ["async"] * 6 + ["split"] * 5
+    assert [r["mode"] for r in runs] == (["serial"] + ["sync"] * 6 + ["async"] * 6 + ["split"] * 3
                                          + ["allreduce_test"] * 2)
     for row in runs:
         assert float(row["others_cores"]) >= 0 and row["quiet"] in ("True", "False"), row  # the gate measured
@@ -59,11 +61,16 @@ def test_quick_run_writes_csvs_plots_and_every_answer(tmp_path):
         if row["mode"] != "allreduce_test" and row["status"] == "ok":  # main.py --json's measured fields
             assert 0.1 <= float(row["top_class_share"]) <= 1 and len(json.loads(row["cpu_time_per_rank"])) == int(
                 row["processes"]), row
+            turns = json.loads(row["core_turns_per_rank"])  # times put on a core: ranks that share the cores take turns
+            assert all(t >= (1 if int(row["processes"]) > os.cpu_count() else 0) for t in turns), row
     with open(out / "compute.csv", newline="") as f:
         kinds = {row["kind"] for row in csv.DictReader(f)}
     assert kinds == {"step", "evaluate", "reduce"}
     info = json.loads((out / "run_info.json").read_text())
     assert set(info["traces"]) == {"serial", "sync_P2", "sync_P4", "async_2m_P4"}
+    parts = {row["part"]: row["seconds"] for row in info["breakdown"]["rows"]}
+    assert info["breakdown"]["error"] is None and 0 < parts["naive reduction"] < parts["naive allreduce"]
+    assert set(parts) == {f"{a} {p}" for a in ("naive", "ring") for p in ("allreduce", "reduction", "messages")}
     text = check_outputs(out)
     assert "Quick mode" in text and "| 2 | ring | 2(P−1)α + 2(P−1)/P·nβ + (P−1)/P·nγ |" in text
     section = lambda n: text[text.index(f"## {n}. "):text.index(f"## {n + 1}. ")]  # noqa: E731
@@ -123,9 +130,10 @@ def test_a_launcher_that_starts_nothing_fails_the_report_with_its_own_words(tmp_
     with open(out / "runs.csv", newline="") as f:
         runs = list(csv.DictReader(f))
     assert [r["status"] for r in runs if r["mode"] == "serial"] == ["ok"]
-    assert len(failed) == len(runs) - 1 > 0, result.stderr
+    assert len(failed) == len(runs) - 1 + 1 > 1, result.stderr  # every run but serial, and the P = 2 breakdown
     assert all("the launcher started nothing" in line and "There are not enough slots" in line for line in failed)
-    assert result.returncode == 1 and f"{len(failed)} of {len(runs)} runs failed" in result.stderr
+    assert any(line.startswith("report.py: failed: the allreduces taken apart (P=2)") for line in failed)
+    assert result.returncode == 1 and f"{len(failed)} of {len(runs) + 1} runs failed" in result.stderr
     assert not (out / "hw3.pdf").exists() and not (out / "REPORT.md").exists()
 
 
@@ -152,9 +160,9 @@ def test_matrix_runs_the_courses_async_algorithm_with_no_option_and_its_departur
     assert [(e.label, e.processes) for e in capped] == [("sync ring weak capped", 2), ("sync ring weak capped", 4)]
     assert "--large-batch off" in " ".join(main_command(capped[0], options, 1, "r.json"))
     splits = [(e.masters, e.shard, e.processes) for e in matrix if e.mode == "split"]
-    assert splits == [(1, "balanced", 3), (2, "balanced", 4), (2, "layers", 4), (4, "balanced", 6), (4, "layers", 6)]
-    command = main_command(next(e for e in matrix if e.shard == "layers"), options, 1, "r.json")
-    assert command[command.index("main.py") + 1:][:4] == ["async", "2", "--shard", "layers"]
+    assert splits == [(1, "layers", 3), (2, "layers", 4), (4, "layers", 6)]  # the course's split: whole layers
+    command = main_command(next(e for e in matrix if e.mode == "split"), options, 1, "r.json")
+    assert command[command.index("main.py") + 1:][:4] == ["async", "1", "--shard", "layers"]
     course = [e for e in matrix if e.mode == "async" and e.async_variant == "course"]
     assert [(e.label, e.masters, e.processes) for e in course] == [("async 1m", 1, 2), ("async 2m", 2, 3),
                                                                   ("async 2m", 2, 4)]

@@ -1,0 +1,99 @@
+"""Naive against ring allreduce at P = 2, taken apart: each one whole, the reduction inside it, its messages alone.
+
+    mpiexec -n 2 python3 bench/allreduce_parts.py [--size 2097152] [--repeats 100] [--csv parts.csv]
+
+At P = 2 both send n elements per process, so what naive loses to the ring lies in what each reduces and in how its
+messages move. The reduction is clocked inside the real calls (the allreduces' op, wrapped); the messages alone are
+naive's one Irecv and Isend of n, then Waitall, and the ring's two such rounds of n/2. Every figure is the median
+over repeats of the slower rank's time, a barrier before each call, the four calls taking turns in each repeat.
+Rank 0 prints the table and writes the CSV (size, part, seconds); report.py's question 11 reads it.
+"""
+import os
+import sys
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+import my_naive_allreduce  # noqa: E402
+import my_ring_allreduce  # noqa: E402
+from utils import write_csv  # noqa: E402
+
+__all__ = ["measure_parts"]
+
+
+class TimedReduction:
+    """Stands in for my_naive_allreduce.reduction (the ring's prepare calls it too): each op call is clocked."""
+
+    def __init__(self, reduction):
+        self.reduction, self.seconds = reduction, 0.0
+
+    def __call__(self, op):
+        reduce = self.reduction(op)
+
+        def timed(x, y, out):
+            start = time.perf_counter()
+            reduce(x, y, out=out)
+            self.seconds += time.perf_counter() - start
+        return timed
+
+
+def exchange(comm, outgoing, incoming, rounds):
+    """Swap `outgoing` with the other rank's into `incoming` in `rounds` equal rounds, one after another."""
+    other = 1 - comm.Get_rank()
+    for part_out, part_in in zip(np.array_split(outgoing, rounds), np.array_split(incoming, rounds)):
+        MPI.Request.Waitall([comm.Irecv(part_in, other, 7310), comm.Isend(part_out, other, 7310)])
+
+
+def measure_parts(comm, size, repeats, warmup=3):
+    """-> [{size, part, seconds}]: "<naive|ring> allreduce", "... reduction" (inside it), "... messages"."""
+    send, recv, received = (np.random.default_rng(comm.Get_rank()).standard_normal(size) for _ in range(3))
+    clock = my_naive_allreduce.reduction = TimedReduction(my_naive_allreduce.reduction)
+    calls = {"naive": lambda: my_naive_allreduce.allreduce(send, recv, comm, MPI.SUM),
+             "ring": lambda: my_ring_allreduce.ringallreduce(send, recv, comm, MPI.SUM),
+             "naive messages": lambda: exchange(comm, send, received, 1),
+             "ring messages": lambda: exchange(comm, send, received, 2)}
+    timed = {name: [] for name in calls}
+    for repeat in range(warmup + repeats):
+        for name, call in calls.items():
+            comm.Barrier()
+            clocked, start = clock.seconds, MPI.Wtime()
+            call()
+            slower = max(comm.allgather((MPI.Wtime() - start, clock.seconds - clocked)))
+            if repeat >= warmup:
+                timed[name].append(slower)
+    median = {name: [statistics.median(column) for column in zip(*rows)] for name, rows in timed.items()}
+    parts = {f"{name} {part}": median[name][column] for name in ("naive", "ring")
+             for part, column in (("allreduce", 0), ("reduction", 1))}
+    parts.update((name, median[name][0]) for name in ("naive messages", "ring messages"))
+    return [{"size": size, "part": part, "seconds": seconds} for part, seconds in parts.items()]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=2 ** 21, help="elements per array (default 2^21)")
+    parser.add_argument("--repeats", type=int, default=100, help="timed calls of each (default 100)")
+    parser.add_argument("--csv", help="also write the rows to this CSV file")
+    arguments = parser.parse_args()
+    comm = MPI.COMM_WORLD
+    if comm.Get_size() != 2:
+        raise SystemExit("allreduce_parts.py: error: it runs on exactly 2 processes")
+    rows = measure_parts(comm, arguments.size, arguments.repeats)
+    if comm.Get_rank() == 0:
+        ms = {row["part"]: 1e3 * row["seconds"] for row in rows}
+        print(f"P = 2, n = {arguments.size:,}, ms  {'whole':>8} {'reduction':>10} {'rest':>8} {'messages alone':>15}")
+        for name in ("naive", "ring"):
+            whole, reduction = ms[f"{name} allreduce"], ms[f"{name} reduction"]
+            print(f"{name:>17}  {whole:8.3f} {reduction:10.3f} {whole - reduction:8.3f} {ms[f'{name} messages']:15.3f}")
+        if arguments.csv:
+            write_csv(arguments.csv, rows)
+
+
+if __name__ == "__main__":
+    main()
