@@ -1,4 +1,5 @@
 """Naive against ring allreduce at P = 2, taken apart: each one whole, the reduction inside it, its messages alone.
+Beside them, a training step on 8 rows (P = 2's share of a mini-batch) alone and with both ranks computing at once.
 
     mpiexec -n 2 python3 bench/allreduce_parts.py [--size 2097152] [--repeats 100] [--csv parts.csv]
 
@@ -6,7 +7,7 @@ At P = 2 both send n elements per process, so what naive loses to the ring lies 
 messages move. The reduction is clocked inside the real calls (the allreduces' op, wrapped); the messages alone are
 naive's one Irecv and Isend of n, then Waitall, and the ring's two such rounds of n/2. Every figure is the median
 over repeats of the slower rank's time, a barrier before each call, the four calls taking turns in each repeat.
-Rank 0 prints the table and writes the CSV (size, part, seconds); report.py's question 11 reads it.
+Rank 0 prints the table and writes the CSV (size, part, seconds); report.py's questions 3 and 11 read it.
 """
 import os
 import sys
@@ -75,6 +76,29 @@ def measure_parts(comm, size, repeats, warmup=3):
     return [{"size": size, "part": part, "seconds": seconds} for part, seconds in parts.items()]
 
 
+def step_alone_and_together(comm, rows, repeats):
+    """-> [{size: rows, part, seconds}]: rank 0's median training step on `rows` rows while rank 1 sleeps ("step
+    alone"), then while rank 1 steps too ("step together"): what two ranks computing at once cost each other."""
+    from network import NeuralNetwork
+    rng = np.random.default_rng(0)
+    network = NeuralNetwork([784, 128, 64, 10], 1e-9, seed=0)  # a tiny step keeps the work the same
+    x, y = rng.integers(0, 256, (rows, 784), dtype=np.uint8), np.eye(10)[rng.integers(0, 10, rows)]
+    seconds = {}
+    for part, rank_one_steps in (("step alone", False), ("step together", True)):
+        comm.Barrier()
+        times = []
+        if comm.Get_rank() == 0 or rank_one_steps:
+            for _ in range(3 + repeats):
+                start = time.perf_counter()
+                network.update_mini_batch(x, y)
+                times.append(time.perf_counter() - start)
+        done = comm.Ibarrier()
+        while not done.Test():  # rank 1 waits asleep, off the core, while rank 0 steps alone
+            time.sleep(0.001)
+        seconds[part] = statistics.median(times[3:]) if times else None
+    return [{"size": rows, "part": part, "seconds": value} for part, value in seconds.items()]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=2 ** 21, help="elements per array (default 2^21)")
@@ -85,14 +109,18 @@ def main():
     if comm.Get_size() != 2:
         raise SystemExit("allreduce_parts.py: error: it runs on exactly 2 processes")
     rows = measure_parts(comm, arguments.size, arguments.repeats)
+    steps = step_alone_and_together(comm, 8, 10 * arguments.repeats)
     if comm.Get_rank() == 0:
         ms = {row["part"]: 1e3 * row["seconds"] for row in rows}
         print(f"P = 2, n = {arguments.size:,}, ms  {'whole':>8} {'reduction':>10} {'rest':>8} {'messages alone':>15}")
         for name in ("naive", "ring"):
             whole, reduction = ms[f"{name} allreduce"], ms[f"{name} reduction"]
             print(f"{name:>17}  {whole:8.3f} {reduction:10.3f} {whole - reduction:8.3f} {ms[f'{name} messages']:15.3f}")
+        step = {row["part"]: 1e3 * row["seconds"] for row in steps}
+        print(f"a training step on 8 rows, ms: alone {step['step alone']:.3f}, both ranks at once "
+              f"{step['step together']:.3f}")
         if arguments.csv:
-            write_csv(arguments.csv, rows)
+            write_csv(arguments.csv, rows + steps)
 
 
 if __name__ == "__main__":

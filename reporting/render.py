@@ -138,10 +138,7 @@ def model(r, f):
                          own_core=m["time"] and m["time"] / m["share"]))
         rows[-1]["extra"] = rows[-1]["cpu"] - rows[-1]["alone"] if rows[-1]["cpu"] is not None else None
     f["model_rows"] = rows  # the table, even where a comparison below cannot be made
-    whole, half = r.model.compute(r.model.batch), r.model.compute(r.model.batch / 2)
-    serial_part = 2 * half / whole - 1  # a step = a + b·rows: a's share of a whole step does not shrink with P
-    f["amdahl"] = dict(part=serial_part, bounds=[(p, 1 / (serial_part + (1 - serial_part) / p))
-                                                for p in r.settings["processes"]])
+    f["amdahl"] = [(c["e"]["processes"], rows[0]["m"]["compute"] / c["m"]["compute"]) for c in rows[1:]]
     p2 = next(c for c in rows if c["e"]["processes"] == 2)
     saved = rows[0]["m"]["compute"] - p2["m"]["compute"]
     crowded = [c for c in rows if c["e"]["processes"] > r.cores]
@@ -150,9 +147,10 @@ def model(r, f):
              t_eval=r.model.evaluation, error_fair=median_error(c["error"] for c in rows if c not in crowded),
              crowded_ratio=spread(c["e"]["time"] / c["m"]["time"] for c in crowded if c["m"]["time"]),
              crowded_wait=crowded and dict(crowded[-1], share=crowded[-1]["core_wait"] / crowded[-1]["e"]["time"]))
-    f["last_busy"] = crowded and f["crowded_wait"]["busy_cores"] and f["crowded_wait"]["busy_cores"] >= BUSY * r.cores
+    f["p2_update"], f["last_busy"] = per_step(p2["e"], "update_time"), crowded and f["crowded_wait"]["busy_cores"] and f["crowded_wait"]["busy_cores"] >= BUSY * r.cores
     f["p2_parts_slower"] = None not in (p2["compute"], p2["exchange"]) and all(
         p2[key] > p2["m"][key] for key in ("compute", "exchange"))
+    f["per_turn"] = spread(c["extra"] / c["turns"] for c in crowded if c["extra"] is not None and c["turns"])
     f["cpu_grew"] = f["crowded_wait"]["extra"] > 0 if crowded and f["crowded_wait"]["extra"] is not None else None
 
 
@@ -240,6 +238,7 @@ def tradeoff(r, f):
     p, (sync_entry, *asyncs) = rows[0]
     async_entry = next(e for e in asyncs if e)
     f["tradeoff_exchange"] = per_step(r.get("sync ring strong", p), "communication_time")
+    f["tradeoff_own_core"] = next((c["own_core"] for c in f.get("model_rows", []) if c["e"]["processes"] == p), None)
     f.update(tradeoff_rows=rows, tradeoff=dict(
         p=p, sync=sync_entry, asynchronous=async_entry, faster=async_entry["mean_time"] < sync_entry["mean_time"],
         more_accurate=async_entry["mean_accuracy"] > sync_entry["mean_accuracy"]))
@@ -283,7 +282,8 @@ def taken_apart(breakdown):
         p.update(rest=p["allreduce"] - p["reduction"], per_element=p["reduction"] / (size * FORMS[name](2)[2]))
     gap = {part: parts["naive"][part] - parts["ring"][part] for part in ("allreduce", "reduction", "rest", "messages")}
     share = {part: gap[part] / gap["allreduce"] if gap["allreduce"] > 0 else None for part in gap}
-    return dict(parts, gap=gap, size=size, share=share, reduction_explains=share["reduction"] is not None and share[
+    return dict(parts, gap=gap, size=size, share=share, steps=(seconds.get("step alone"), seconds.get("step together")),
+                reduction_explains=share["reduction"] is not None and share[
         "reduction"] >= 0.5, messages_alike=abs(gap["messages"]) <= SIMILAR * gap["allreduce"])
 
 
