@@ -18,7 +18,7 @@ import pypdf
 import typst
 
 from reporting.model import FORMS, exchange_time
-from reporting.results import COLLAPSED_FROM, mean
+from reporting.results import COLLAPSED_FROM, collapsed, mean
 
 
 class Dash(jinja2.ChainableUndefined):
@@ -183,7 +183,7 @@ def asynchronous(r, f):
     pairs = [(pick(*a), pick(*b)) for a, b in COURSE_PAIRS]
     layers = r.model.layers
     f.update(async_course=course, async_asked=asked, weight_layers=len(layers) - 1,
-             async_pairs=[dict(a=a, b=b, faster=a["time"] < b["time"]) for a, b in pairs if a and b],
+             async_pairs=[dict(a=a, b=b, speed=speed(a["time"], b["time"])) for a, b in pairs if a and b],
              busy_range=spread(e["busy"] for e in asked), largest_layer=(layers[0], layers[1], (
                  layers[0] * layers[1] + layers[1]) / r.model.parameters))
     f["async_busy"] = all(e["busy_cores"] >= BUSY * r.cores for e in asked) if all(
@@ -217,13 +217,12 @@ def collapse(r, f):
     known = all(e["collapsed_runs"] is not None for e in course)
     gone = lambda w: all(e["collapsed_runs"] == e["ok_runs"] for e in course if e["workers"] >= w)  # noqa: E731
     start = next((w for w in sorted({e["workers"] for e in course}) if gone(w)), None) if known else Dash()
-    counts, below = [e["collapsed_runs"] for e in beyond], [e for e in course if e["workers"] > 1 and (
-        start is None or not isinstance(start, Dash) and e["workers"] < start)]
-    short = [a for e in below for a in e["run_accuracies"] if a < r.serial["mean_accuracy"] - SHORT]
-    f["fell_short"] = dict(count=len(short), total=sum(len(e["run_accuracies"]) for e in below), runs=short,
-                           workers=sorted({e["workers"] for e in below}))
-    f.update(course_all=course, course_from=start, course_below=[e for e in course if start is None or (
-        not isinstance(start, Dash) and e["workers"] < start)], beyond_all=beyond,
+    course_below = [e for e in course if start is None or not isinstance(start, Dash) and e["workers"] < start]
+    counts, below = [e["collapsed_runs"] for e in beyond], [e for e in course_below if e["workers"] > 1]
+    kept = [a for e in below for a, share in zip(e["run_accuracies"], e["run_shares"]) if not collapsed(share)]
+    short = [a for a in kept if a < r.serial["mean_accuracy"] - SHORT]  # the runs that fell short, not collapsed
+    f["fell_short"] = dict(count=len(short), total=len(kept), runs=short, workers=sorted({e["workers"] for e in below}))
+    f.update(course_all=course, course_from=start, course_below=course_below, beyond_all=beyond,
         beyond_lowest=min(a for e in beyond for a in e["run_accuracies"]), beyond_runs=sum(e["ok_runs"] for e in beyond),
         beyond_collapsed=None if None in counts else sum(counts), staleness_bound=beyond[0].get("max_staleness"),
         compensation=beyond[0].get("compensation"))
