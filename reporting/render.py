@@ -145,11 +145,12 @@ def model(r, f):
     f.update(p2=p2, saved_compute=abs(saved), split_saves=saved > 0, ring=r.fits.get("ring"),
              exchange_costs_more=p2["m"]["exchange"] > saved, p2_speed=speed(p2["e"]["time"], r.serial["time"]),
              t_eval=r.model.evaluation, error_fair=median_error(c["error"] for c in rows if c not in crowded),
+             validation_saved=r.model.evaluation and r.model.evaluation * p2["e"]["epochs"] / 2,
              crowded_ratio=spread(c["e"]["time"] / c["m"]["time"] for c in crowded if c["m"]["time"]),
              crowded_wait=crowded and dict(crowded[-1], share=crowded[-1]["core_wait"] / crowded[-1]["e"]["time"]))
-    f["p2_update"], f["last_busy"] = per_step(p2["e"], "update_time"), crowded and f["crowded_wait"]["busy_cores"] and f["crowded_wait"]["busy_cores"] >= BUSY * r.cores
-    f["p2_parts_slower"] = None not in (p2["compute"], p2["exchange"]) and all(
-        p2[key] > p2["m"][key] for key in ("compute", "exchange"))
+    busy = crowded and f["crowded_wait"]["busy_cores"]
+    f["p2_update"], f["last_busy"] = per_step(p2["e"], "update_time"), busy and busy >= BUSY * r.cores
+    f["p2_parts_slower"] = all(None not in (p2[k], p2["m"][k]) and p2[k] > p2["m"][k] for k in ("compute", "exchange"))
     f["per_turn"] = spread(c["extra"] / c["turns"] for c in crowded if c["extra"] is not None and c["turns"])
     f["cpu_grew"] = f["crowded_wait"]["extra"] > 0 if crowded and f["crowded_wait"]["extra"] is not None else None
 
