@@ -161,9 +161,8 @@ def speed(time, reference):
 
 
 def causes(r, e):
-    """An async run's measured causes of its time (Q6, Q7): the cores its ranks kept busy; per mini-batch their CPU
-    time, split into the workers' compute, the rest of the workers' (their waiting) and the masters'; their turns on a
-    core; the busiest master's time per update D_max, busy share and share of the parameters."""
+    """An async run's measured causes of its time (Q6, Q7): the cores its ranks kept busy, their CPU per mini-batch
+    (workers', masters'), their turns on a core; the busiest master's D_max, busy share and share of the parameters."""
     service = [d for d in e.get("master_service_time") or [] if d is not None]
     batches, masters = e["epochs"] * e["batches"], e["masters"]
     cpu, turns = e.get("cpu_time_per_rank"), e.get("core_turns_per_rank")
@@ -241,7 +240,8 @@ def tradeoff(r, f):
     f["tradeoff_own_core"] = next((c["own_core"] for c in f.get("model_rows", []) if c["e"]["processes"] == p), None)
     f.update(tradeoff_rows=rows, tradeoff=dict(
         p=p, sync=sync_entry, asynchronous=async_entry, faster=async_entry["mean_time"] < sync_entry["mean_time"],
-        more_accurate=async_entry["mean_accuracy"] > sync_entry["mean_accuracy"]))
+        more_accurate=async_entry["mean_accuracy"] > sync_entry["mean_accuracy"],  # overlap: the seeds' ranges
+        overlap=not (max(a := async_entry["run_accuracies"]) < min(b := sync_entry["run_accuracies"]) or max(b) < min(a))))
 
 
 def allreduce(r, f):
