@@ -195,18 +195,15 @@ def asynchronous(r, f):
 
 def split(r, f):
     """Q7: the parameter server on 1, 2 and 4 masters, by the course's whole layers; whether any run's workers kept
-    the busiest master busy (W* = W / its busy share), its CPU per update, and question 5's run of the same setting."""
+    the busiest master busy (W* = W / its busy share), and their turns on a core per update."""
     layers = sorted((causes(r, e) for e in r.entries("split")), key=lambda e: e["masters"])
     for e in layers:  # from the busy share as printed (to 0.1 %), so that W / busy on the page gives W*
         e["saturation"] = e["workers"] / round(e["busy"], 3)
     first, last = layers[0], layers[-1]
-    twin = r.get(f"async {last['masters']}m", last["processes"])  # question 5's run of this setting
-    updates = twin and twin["epochs"] * twin["batches"]
     f.update(split_one=first, split_layers=layers, d_max_shrank=last["d_max"] < (1 - TIE) * first["d_max"],
-             split_saturated=any(e["workers"] >= e["saturation"] for e in layers), split_twin=twin and dict(
-                 twin, updates=updates, train_rate=updates / twin["train_time"] if twin.get("train_time") else None))
-    f["split_cpu_grew"] = None if None in (first["batch_cpu"], last["batch_cpu"]) else (
-        last["batch_cpu"] > (1 + TIE) * first["batch_cpu"] and last["updates_per_second"] < first["updates_per_second"])
+             split_saturated=any(e["workers"] >= e["saturation"] for e in layers))
+    f["split_turns_grew"] = None if None in (first["batch_turns"], last["batch_turns"]) else (
+        last["batch_turns"] > (1 + TIE) * first["batch_turns"] and last["updates_per_second"] < first["updates_per_second"])
 
 
 def collapse(r, f):
