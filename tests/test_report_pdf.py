@@ -75,7 +75,7 @@ def test_report_stops_naming_the_page_count_when_the_pdf_cannot_fit(tmp_path):
     (dict(sync_time=2.02), "took 2.02 s against serial's 2.00 s: *as fast as (within 3 %) serial*"),
     (dict(course_accuracy=9.58), "The course's algorithm *collapsed in every run with 2 or more workers*. A control"),
     (dict(course_accuracy=91.0), "The course's algorithm *collapsed in every run at no worker count; its runs reached on "
-                                 "average 91.00 % (2 workers)*. Before that, staleness cost little: of the 1 runs with 2 workers that did not"),
+                                 "average 91.00 % (2 workers, 2 masters)*. Before that, staleness cost little: of the 1 runs with 2 workers that did not"),
     (dict(sync_time=2.5), "In the P = 2 run a step took 20.8 ms of compute and 16.7 ms of allreduce (serial's step alone: "
                           "0.36 ms), together 10417 % of serial's, and each rank validated half the images, saving 0.05 s "
                           "over the run; each part took longer than alone."),
