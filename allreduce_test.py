@@ -236,7 +236,11 @@ def print_times(rows, dtype, repeats, policy):
     kind = "exactly" if np.issubdtype(np.dtype(dtype), np.integer) else "up to rounding (p*eps*sum|x|)"
     print(f"=MPI: equal to MPI's Allreduce {kind}; same bits on every rank: "
           f"{yes(all(row['naive_same_bits'] and row['ring_same_bits'] for row in rows))}")
-    print(f"elements sent per process (counted): naive (p-1)n, ring 2(p-1)n/p: "
+    last = rows[-1]
+    ring = f"{last['ring_sent_min']:,}" if last["ring_sent_min"] == last["ring_sent_max"] else \
+        f"{last['ring_sent_min']:,}-{last['ring_sent_max']:,}"
+    print(f"elements sent per process, counted at n = {last['size']:,}: naive {last['naive_sent']:,}, ring {ring}")
+    print(f"every size, counted against naive (p-1)n, ring 2(p-1)n/p: "
           f"{'as predicted' if all(row['sent_as_predicted'] for row in rows) else 'NOT as predicted (--counts)'}")
 
 

@@ -1,8 +1,9 @@
 """Large-batch training rules: linear warm-up, a per-layer trust ratio (LARS) and heavy-ball momentum.
 
-Weak scaling makes a step see 16P samples and an epoch ceil(632/P) steps: fewer, larger steps. Plain
-SGD then needs a smaller step than the summed gradient asks for (the `off` rule caps its growth at
-twice serial's), and at P = 16 it no longer converges in 5 epochs. The rules here act on the step
+Weak scaling makes a step see 16P samples and, by default, an epoch ceil(632/P) steps: fewer, larger
+steps. Plain SGD then needs a smaller step than the summed gradient asks for (the `off` rule caps its
+growth at twice serial's), and at P = 16 it no longer converges in 5 epochs. The `mean` rule steps by
+the mean of the P ranks' sums, serial's step size, for weak scaling that keeps serial's 632 steps. The rules here act on the step
 G = base_step * (summed gradient), a flat buffer laid out like `grads`, after the exchange, so every
 rank computes them on the same numbers and keeps bit-identical parameters:
 
@@ -30,7 +31,7 @@ class LargeBatchRule:
     """The constants of one rule; warmup < 1 is a fraction of the run's steps, lars None = off."""
 
     name: str
-    step_growth: str = "capped"  # weak scaling's base step: "capped" lr*min(1, 2/P), "linear" lr
+    step_growth: str = "capped"  # weak scaling's base step: "capped" lr*min(1, 2/P), "linear" lr, "mean" lr/P
     warmup: float = 0.0
     momentum: float = 0.0
     lars: float = None
@@ -39,6 +40,8 @@ class LargeBatchRule:
         """The step size of weak scaling at `processes` ranks, before warm-up, trust ratio, momentum."""
         if self.step_growth == "linear":
             return learning_rate
+        if self.step_growth == "mean":
+            return learning_rate / processes
         return learning_rate * min(1, WEAK_STEP_GROWTH_CAP / processes)
 
     def warmup_steps(self, total_steps):
@@ -61,6 +64,7 @@ class LargeBatchRule:
 # 0.95 diverged on some seeds, so the constants keep away from that edge.
 PRESETS = {
     "off": LargeBatchRule("off"),
+    "mean": LargeBatchRule("mean", step_growth="mean"),
     "lars": LargeBatchRule("lars", step_growth="linear", warmup=0.2, momentum=0.8, lars=0.03),
 }
 WEAK_PRESET = "lars"  # what --scaling weak uses unless told otherwise

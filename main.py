@@ -120,6 +120,10 @@ def parse_args(argv=None):
                       help="strong: split each mini-batch over the ranks (Amdahl), the course's; weak "
                            "(a departure, question 4's other approach): a whole mini-batch per rank, "
                            "fewer steps per epoch (Gustafson) (default strong)")
+    sync.add_argument("--weak-steps", choices=["fewer", "all"], default="fewer",
+                      help="weak scaling's epoch: fewer, ceil(batches/P) steps, the course's samples; all, "
+                           "every one of --batches steps, P times the samples (use --large-batch mean) "
+                           "(default fewer)")
     sync.add_argument("--exchange", choices=["gradients", "factors", "auto"], default=None,
                       help=EXCHANGE_HELP)
     add_wait_argument(sync)
@@ -169,11 +173,12 @@ def trust_eta(text):
 def add_large_batch_arguments(parser, default):
     """--large-batch and the constants it sets (large_batch.py); given ones override the preset's."""
     names = "; ".join(f"{name}: step {rule.step_growth}, warm-up {rule.warmup:g}, momentum {rule.momentum:g}, "
-                      f"lars {rule.lars:g}" for name, rule in PRESETS.items() if name != "off")
+                      f"lars {rule.lars:g}" for name, rule in PRESETS.items() if name not in ("off", "mean"))
     group = parser.add_argument_group("large batches (large_batch.py, docs/sync.md)")
     group.add_argument("--large-batch", choices=list(PRESETS), default=default,
                        help="update rule. off: plain SGD, the course's (weak scaling: step "
-                            f"lr*min(1, 2/P)); {names} (a departure, to keep weak scaling's large "
+                            f"lr*min(1, 2/P)); mean: plain SGD, weak scaling's step lr/P, serial's on the "
+                            f"mean of the ranks' sums; {names} (a departure, to keep weak scaling's large "
                             "batches training). Default: " + (default if default else
                                                      f"{WEAK_PRESET} with --scaling weak, else off"))
     group.add_argument("--warmup", type=warmup_length, default=None, metavar="STEPS|FRACTION",
@@ -297,8 +302,9 @@ def exchange_setting(args):
 
 def build_sync_network(args, settings):
     """SynchronicNeuralNetwork over the allreduce the user chose (ring, naive or MPI's)."""
-    settings.update(scaling=args.scaling, wait=args.wait, stall_timeout=args.stall_timeout,
-                    exchange=exchange_setting(args), **large_batch_settings(args))
+    settings.update(scaling=args.scaling, weak_steps=args.weak_steps, wait=args.wait,
+                    stall_timeout=args.stall_timeout, exchange=exchange_setting(args),
+                    **large_batch_settings(args))
     if args.allreduce == "mpi":
         from sync_network_collective import SynchronicNeuralNetwork
         return SynchronicNeuralNetwork(**settings)

@@ -17,8 +17,8 @@ parameters after every step:
 Factors pay while batch * 1,178 < 109,386, below about 93 samples per step for the default network;
 exchange="auto" picks the smaller message by counting elements.
 
-Validation is shared too: each rank evaluates its share of the images and one tiny allreduce sums
-the correct counts (evaluate), so no rank idles while rank 0 evaluates alone.
+Validation is shared too: each rank evaluates its share of the images and the same allreduce sums the
+correct counts (evaluate), so no rank idles while rank 0 evaluates alone.
 
     mpiexec -n 4 python3 main.py sync [--allreduce ring|naive|mpi] [--scaling strong|weak]
                                       [--exchange gradients|factors|auto] [--large-batch off|lars]
@@ -106,7 +106,9 @@ class SynchronicNeuralNetwork(NeuralNetwork):
     ranks, and p ranks compute exactly the serial network's steps (up to float rounding). A rank
     whose share is empty (mini_batch_size < p) contributes a zero gradient (or no factor rows).
     scaling="weak" (Gustafson): each rank takes a whole mini_batch_size, so a step sees p times the
-    samples, and an epoch has ceil(number_of_batches / p) steps to cover the same samples. The
+    samples. weak_steps="fewer" (the default) gives an epoch ceil(number_of_batches / p) steps to
+    cover the same samples; weak_steps="all" keeps all number_of_batches steps, so each rank does
+    serial's work and an epoch sees p times the samples (pair it with large_batch="mean"). The
     gradient is a sum, so keeping `learning_rate` would grow the step p-fold with the batch (the
     linear scaling rule); plain SGD diverged here from p = 4 on. large_batch names the rule
     (large_batch.PRESETS): "off" (the default, plain SGD) caps the growth at twofold,
@@ -127,16 +129,19 @@ class SynchronicNeuralNetwork(NeuralNetwork):
                  epochs=10, matmul=np.matmul, seed=None, dtype=np.float64, scaling="strong",
                  allreduce=ringallreduce, comm=None, wait="auto",
                  stall_timeout=DEFAULT_STALL_TIMEOUT, exchange="gradients", allgather=None,
-                 large_batch="off", warmup=None, momentum=None, lars=None):
+                 large_batch="off", warmup=None, momentum=None, lars=None, weak_steps="fewer"):
         if scaling not in ("strong", "weak"):
             raise ValueError(f"scaling must be 'strong' or 'weak', got {scaling!r}")
+        if weak_steps not in ("fewer", "all"):
+            raise ValueError(f"weak_steps must be 'fewer' or 'all', got {weak_steps!r}")
         if exchange not in EXCHANGES:
             raise ValueError(f"exchange must be one of {', '.join(EXCHANGES)}, got {exchange!r}")
         self.comm = comm if comm is not None else start_mpi().COMM_WORLD
         # Every rank must start from the same parameters and draw the same mini-batches.
         seed = self.comm.bcast(seed if seed is not None else secrets.randbits(32), root=0)
         self.rank, self.size = self.comm.rank, self.comm.size
-        self.scaling = scaling  # set before the base constructor: its optimizer asks steps_per_epoch
+        self.scaling, self.weak_steps = scaling, weak_steps  # before the base constructor: its optimizer
+        # asks steps_per_epoch
         super().__init__(sizes, learning_rate, mini_batch_size, number_of_batches, epochs, matmul,
                          seed, dtype, large_batch, warmup, momentum, lars)
         self.comm.Bcast(self.params, root=0)
@@ -156,7 +161,7 @@ class SynchronicNeuralNetwork(NeuralNetwork):
         self.step_size = self.learning_rate  # the base step; the rule may scale it further per step
         if scaling == "weak":
             self.step_size = self.rule.base_step(self.learning_rate, self.size)
-        self.compute_time = self.communication_time = self.evaluation_time = 0.0
+        self.compute_time = self.compute_cpu_time = self.communication_time = self.evaluation_time = 0.0
         self.bytes_sent = 0  # passed to sends by the exchange, read off its module's counter
         self.steps = 0
 
@@ -176,8 +181,8 @@ class SynchronicNeuralNetwork(NeuralNetwork):
         return "factors" if factors < self.parameter_count() else "gradients"
 
     def steps_per_epoch(self):
-        """Steps in one epoch: all of number_of_batches (strong), or a p-th of it rounded up (weak)."""
-        if self.scaling == "weak":
+        """Steps in one epoch: all of number_of_batches (strong, weak "all"), or a p-th of it rounded up."""
+        if self.scaling == "weak" and self.weak_steps == "fewer":
             return math.ceil(self.number_of_batches / self.size)
         return self.number_of_batches
 
@@ -203,7 +208,7 @@ class SynchronicNeuralNetwork(NeuralNetwork):
 
     def step_by_gradients(self, x, y):
         """Local gradient of my rows, allreduce of the whole gradient buffer, update."""
-        start, tracer = time.perf_counter_ns(), self.tracer
+        start, cpu_start, tracer = time.perf_counter_ns(), time.thread_time_ns(), self.tracer
         rows = even_bounds(len(x), self.size)
         mine = slice(rows[self.rank], rows[self.rank + 1])
         span = tracer.begin("forward")
@@ -212,18 +217,18 @@ class SynchronicNeuralNetwork(NeuralNetwork):
         span = tracer.begin("backward")
         self.back_prop(y[mine], scale=self.step_size)
         tracer.end(span)
-        middle = time.perf_counter_ns()
+        middle, cpu_middle = time.perf_counter_ns(), time.thread_time_ns()
         self.allreduce(self.grads, self.reduced, self.comm, MPI.SUM)
-        end = time.perf_counter_ns()
+        cpu_end, end = time.thread_time_ns(), time.perf_counter_ns()
         tracer.record("allreduce", middle, end)  # one timing: the trace and communication_time agree
         span = tracer.begin("update")
         self.apply_step(self.reduced)  # the summed step, the same bits on every rank
         tracer.end(span)
-        self.count_times(start, middle, end)
+        self.count_times(start, middle, end, (cpu_start, cpu_middle, cpu_end))
 
     def step_by_factors(self, x, y):
         """Factors of my rows, one allgather of everyone's, the serial network's products, update."""
-        start, tracer = time.perf_counter_ns(), self.tracer
+        start, cpu_start, tracer = time.perf_counter_ns(), time.thread_time_ns(), self.tracer
         buffer = self.factor_buffer(len(x))
         span = tracer.begin("forward")
         self.forward_factors(x[buffer.work_rows], buffer)
@@ -232,19 +237,22 @@ class SynchronicNeuralNetwork(NeuralNetwork):
         self.backward_factors(y[buffer.work_rows], buffer)
         buffer.pack()
         tracer.end(span)
-        middle = time.perf_counter_ns()
+        middle, cpu_middle = time.perf_counter_ns(), time.thread_time_ns()
         self.allgather(buffer.mine, buffer.flat, buffer.counts, self.comm)
-        end = time.perf_counter_ns()
+        cpu_end, end = time.thread_time_ns(), time.perf_counter_ns()
         tracer.record("factor_allgather", middle, end)  # one timing, as in step_by_gradients
         span = tracer.begin("update")  # the serial gradient products from the factors, then the step
         self.gradient_from_factors(buffer)
         self.apply_step(self.grads)
         tracer.end(span)
-        self.count_times(start, middle, end)
+        self.count_times(start, middle, end, (cpu_start, cpu_middle, cpu_end))
 
-    def count_times(self, start, middle, end):
+    def count_times(self, start, middle, end, cpu):
         """Add a step's compute (start to middle, end to now) and exchange (middle to end) times;
-        perf_counter_ns readings, the exchange's the same the trace records."""
+        perf_counter_ns readings, the exchange's the same the trace records. cpu: thread_time_ns at
+        start, middle and end, for the compute's CPU time (below its wall time when the rank was
+        off its core: time-sharing)."""
+        self.compute_cpu_time += ((cpu[1] - cpu[0]) + (time.thread_time_ns() - cpu[2])) / 1e9
         self.compute_time += ((middle - start) + (time.perf_counter_ns() - end)) / 1e9
         self.communication_time += (end - middle) / 1e9
 
@@ -301,7 +309,8 @@ class SynchronicNeuralNetwork(NeuralNetwork):
     def evaluate(self, data):
         """(images, one-hot labels) -> correct count over all of data, on every rank (collective).
 
-        Each rank validates its share of the images; one allreduce of one integer sums the counts.
+        Each rank validates its share of the images; the network's own allreduce (the one that sums
+        the gradients) sums the counts, one number.
         The shares are whole evaluation chunks (network.EVALUATION_CHUNK rows, as predict cuts
         them), so every image goes through the very products a single rank's evaluation uses and
         the count is exactly validate's. validate(data) stays this rank's own, non-collective count.
@@ -313,13 +322,7 @@ class SynchronicNeuralNetwork(NeuralNetwork):
                      min(bounds[self.rank + 1] * chunk, len(images)))
         correct = np.array([self.validate((images[mine], labels[mine]))], dtype=np.int64)
         total = np.empty_like(correct)
-        if self.waiter.spins:
-            self.waiter.begin(("evaluate", self.epoch, None))  # watched by the stall watchdog
-            self.comm.Allreduce(correct, total, op=MPI.SUM)
-            self.waiter.end()
-        else:  # a rank done early gives its core to those still evaluating
-            self.waiter.all([self.comm.Iallreduce(correct, total, op=MPI.SUM)],
-                            ("evaluate", self.epoch, None))
+        self.allreduce(correct, total, self.comm, MPI.SUM)  # its waits follow self.waiter, as a step's do
         return int(total[0])
 
     def print_progress(self, validation_data, epoch):
@@ -353,6 +356,7 @@ class SynchronicNeuralNetwork(NeuralNetwork):
         return {**super().statistics(),
                 "scaling": self.scaling, "exchange": self.exchange, "wait_policy": self.waiter.policy,
                 "steps": self.steps, "step_size": self.step_size,
-                "compute_time": self.compute_time, "communication_time": self.communication_time,
+                "compute_time": self.compute_time, "compute_cpu_time": self.compute_cpu_time,
+                "communication_time": self.communication_time,
                 "evaluation_time": self.evaluation_time,
                 "elements_sent_per_step": self.bytes_sent / self.dtype.itemsize / steps}

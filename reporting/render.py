@@ -8,6 +8,7 @@ read as dashes.
 """
 __all__ = ["figures", "render", "write_report", "check_questions", "check_console", "ConsoleMismatch"]
 
+import math
 import os
 import re
 import statistics
@@ -105,9 +106,9 @@ def fastest(r, entries):
 
 
 def sync(r, f):
-    """Q2 and Q4: strong scaling; weak scaling with plain SGD (the course's update) and under main.py's rule."""
+    """Q2 and Q4: strong scaling; weak scaling with plain SGD on serial's steps, and with fewer under main.py's rule."""
     strong, plain, rule = ([per_steps(e) for e in r.series(label)]
-                           for label in ("sync ring strong", "sync ring weak capped", "sync ring weak"))
+                           for label in ("sync ring strong", "sync ring weak plain", "sync ring weak"))
     at = lambda series, p: next((e for e in series if e["processes"] == p), None)  # noqa: E731
     serial = {x.get("seed"): x["test_accuracy"] for x in r.serial["seed_runs"]}
     pairs = [(x["test_accuracy"], serial[x.get("seed")])
@@ -121,6 +122,8 @@ def sync(r, f):
              weak_steps=(plain[0], plain[-1]), weak_rule=at(rule, plain[-1]["processes"]))
     f["weak_step_grows"] = f["weak_steps"][1]["compute"] > f["weak_steps"][0]["compute"]
     f["weak_fell"] = f["weak_steps"][1]["test_accuracy"] < r.serial["test_accuracy"]
+    f["weak_accuracy"] = spread(e.get("mean_accuracy") for e in plain)
+    f["weak_kept"] = bool(f["weak_accuracy"]) and f["weak_accuracy"][0] >= r.serial["mean_accuracy"]
 
 
 def model(r, f):
@@ -139,6 +142,7 @@ def model(r, f):
         rows[-1]["extra"] = rows[-1]["cpu"] - rows[-1]["alone"] if rows[-1]["cpu"] is not None else None
     f["model_rows"] = rows  # the table, even where a comparison below cannot be made
     f["amdahl"] = [(c["e"]["processes"], rows[0]["m"]["compute"] / c["m"]["compute"]) for c in rows[1:]]
+    f["amdahl_best"] = max(f["amdahl"], key=lambda bound: bound[1])
     p2 = next(c for c in rows if c["e"]["processes"] == 2)
     saved = rows[0]["m"]["compute"] - p2["m"]["compute"]
     crowded = [c for c in rows if c["e"]["processes"] > r.cores]
@@ -150,9 +154,24 @@ def model(r, f):
              crowded_wait=crowded and dict(crowded[-1], share=crowded[-1]["core_wait"] / crowded[-1]["e"]["time"]))
     busy = crowded and f["crowded_wait"]["busy_cores"]
     f["p2_update"], f["last_busy"] = per_step(p2["e"], "update_time"), busy and busy >= BUSY * r.cores
+    f["p2_exchange_more"] = p2["exchange"] > saved if p2["exchange"] is not None else None
     f["p2_parts_slower"] = all(None not in (p2[k], p2["m"][k]) and p2[k] > p2["m"][k] for k in ("compute", "exchange"))
     f["per_turn"] = spread(c["extra"] / c["turns"] for c in crowded if c["extra"] is not None and c["turns"])
     f["cpu_grew"] = f["crowded_wait"]["extra"] > 0 if crowded and f["crowded_wait"]["extra"] is not None else None
+    cold = {x["rows"]: x["seconds"] for x in r.compute_rows if x["kind"] == "step_cold"}
+    for c in rows:
+        rows_each = math.ceil(r.model.batch / c["e"]["processes"])
+        c.update(compute_cpu=per_step(c["e"], "compute_cpu_time"), cold=cold.get(rows_each))
+        c["rest"] = c["cpu"] - c["compute_cpu"] if None not in (c["cpu"], c["compute_cpu"]) else None
+    shared = [c for c in crowded if None not in (c["compute_cpu"], c["cold"], c["rest"])]
+    f["compute_grew"] = bool(shared) and shared[-1]["compute_cpu"] > (1 + TIE) * p2["compute_cpu"] if p2[
+        "compute_cpu"] else None
+    f["within_cold"] = bool(shared) and all((1 - TIE) * c["m"]["compute"] <= c["compute_cpu"] <= (1 + TIE) * c["cold"]
+                                            for c in shared)
+    f["cold_beyond"] = [c["e"]["processes"] for c in shared if c["compute_cpu"] > (1 + TIE) * c["cold"]]
+    f["rest_grew_more"] = bool(shared) and p2["rest"] is not None and (
+        shared[-1]["rest"] - p2["rest"] > shared[-1]["compute_cpu"] - p2["compute_cpu"])
+    f["cache_range"] = spread([c["m"]["compute"] for c in shared] + [c["cold"] for c in shared])
 
 
 def speed(time, reference):
@@ -219,6 +238,9 @@ def collapse(r, f):
     kept = [a for e in below for a, share in zip(e["run_accuracies"], e["run_shares"]) if not collapsed(share)]
     short = [a for a in kept if a < r.serial["mean_accuracy"] - SHORT]  # the runs that fell short, not collapsed
     f["fell_short"] = dict(count=len(short), total=len(kept), runs=short, workers=sorted({e["workers"] for e in below}))
+    f["same_workers"] = [dict(a=a, b=b, overlap=overlap(a["run_accuracies"], b["run_accuracies"]))
+                         for a, b in zip(course, course[1:]) if a["workers"] == b["workers"] and a["masters"] != b["masters"]
+                         and a["run_accuracies"] and b["run_accuracies"]]
     f.update(course_all=course, course_from=start, course_below=course_below, beyond_all=beyond,
         beyond_lowest=min(a for e in beyond for a in e["run_accuracies"]), beyond_runs=sum(e["ok_runs"] for e in beyond),
         beyond_collapsed=None if None in counts else sum(counts), staleness_bound=beyond[0].get("max_staleness"),
@@ -236,9 +258,14 @@ def tradeoff(r, f):
     f["tradeoff_exchange"] = per_step(r.get("sync ring strong", p), "communication_time")
     f["tradeoff_own_core"] = next((c["own_core"] for c in f.get("model_rows", []) if c["e"]["processes"] == p), None)
     f.update(tradeoff_rows=rows, tradeoff=dict(
-        p=p, sync=sync_entry, asynchronous=async_entry, faster=async_entry["mean_time"] < sync_entry["mean_time"],
+        p=p, sync=sync_entry, asynchronous=async_entry, faster=async_entry["time"] < sync_entry["time"],
         more_accurate=async_entry["mean_accuracy"] > sync_entry["mean_accuracy"],  # overlap: the seeds' ranges
-        overlap=not (max(a := async_entry["run_accuracies"]) < min(b := sync_entry["run_accuracies"]) or max(b) < min(a))))
+        overlap=overlap(async_entry["run_accuracies"], sync_entry["run_accuracies"])))
+
+
+def overlap(a, b):
+    """True when two runs' ranges of accuracies (every seed) overlap."""
+    return not (max(a) < min(b) or max(b) < min(a))
 
 
 def allreduce(r, f):

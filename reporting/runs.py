@@ -39,7 +39,8 @@ class Experiment:
     scaling: str = ""  # sync, over the ring allreduce: strong (the course's) or weak
     async_variant: str = ""
     shard: str = ""  # split: layers, the course's whole layers round robin (main.py --shard)
-    rule: str = ""  # weak sync: "" is main.py's default large-batch rule, "off" plain SGD, step lr*min(1, 2/P)
+    rule: str = ""  # weak sync: "" is main.py's default large-batch rule (fewer steps), "mean" plain SGD, step
+    # lr/P, with all of serial's steps (Gustafson's fixed work per rank)
 
     @property
     def workers(self):
@@ -50,8 +51,8 @@ class Experiment:
 
 
 def sync_experiment(scaling, p, rule=""):
-    """Sync over the ring allreduce; weak scaling under main.py's large-batch rule, or plain SGD ("capped")."""
-    return Experiment(f"sync ring {scaling}" + (" capped" if rule == "off" else ""), "sync", p, scaling=scaling,
+    """Sync over the ring allreduce; weak scaling under main.py's large-batch rule, or plain SGD ("mean")."""
+    return Experiment(f"sync ring {scaling}" + (" plain" if rule == "mean" else ""), "sync", p, scaling=scaling,
                       rule=rule)
 
 
@@ -70,7 +71,7 @@ def experiment_matrix(options):
     """Every configuration, in order: serial, sync over the ring (strong; weak under the rule and with plain SGD),
     async in each variant, the master splits of Q7, allreduce_test."""
     matrix = [Experiment("serial", "serial", 1)]
-    for scaling, rule in (("strong", ""), ("weak", ""), ("weak", "off")):
+    for scaling, rule in (("strong", ""), ("weak", ""), ("weak", "mean")):
         matrix += [sync_experiment(scaling, p, rule) for p in options.processes]
     for variant in options.async_variants:
         matrix += [async_experiment(m, p, variant) for m, p in options.async_runs]
@@ -103,7 +104,7 @@ def main_command(experiment, options, seed, record, extra=()):
         return [sys.executable, "main.py", "serial", *arguments]
     if experiment.mode == "sync":  # weak: the gradients explicitly, main.py's weak default is auto
         mode = ["sync"] + (["--scaling", "weak", "--exchange", "gradients"] if experiment.scaling == "weak" else [])
-        mode += ["--large-batch", experiment.rule] if experiment.rule else []
+        mode += ["--weak-steps", "all", "--large-batch", "mean"] if experiment.rule == "mean" else []
     else:
         mode = ["async", str(experiment.masters), *ASYNC_VARIANTS[experiment.async_variant]]
         mode += ["--shard", experiment.shard] if experiment.shard else []
@@ -197,7 +198,7 @@ def record_fields(experiment, record):
                                                           "core_turns_per_rank")}}
     if experiment.mode == "sync" and "steps" in stats:
         per_step = settings["batch_size"] * (experiment.processes if experiment.scaling == "weak" else 1)
-        fields.update({key: stats.get(key) for key in ("steps", "compute_time", "communication_time",
+        fields.update({key: stats.get(key) for key in ("steps", "compute_time", "compute_cpu_time", "communication_time",
                                                        "evaluation_time", "elements_sent_per_step", "step_size")})
         fields["samples_per_epoch"] = stats["steps"] // max(settings["epochs"], 1) * per_step
     if experiment.mode in ("async", "split"):

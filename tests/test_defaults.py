@@ -141,3 +141,14 @@ def test_serial_and_sync_record_the_course_algorithm_and_their_departures(tmp_pa
     assert weak["course_algorithm"] is False
     assert set(weak["departures"]) == {"scaling", "exchange", "large_batch"}
     assert weak["departures"]["scaling"] == "weak" and weak["departures"]["large_batch"]["name"] == "lars"
+
+
+@pytest.mark.parametrize("weak_steps, steps", [("fewer", 3), ("all", 6)])
+def test_weak_scaling_keeps_serials_steps_only_when_asked(tmp_path, data, weak_steps, steps):
+    """--weak-steps all: every one of the 6 mini-batches a step (16P samples each), the `mean` rule stepping by lr/P;
+    fewer (the default): ceil(6/2) steps."""
+    record = record_of(tmp_path, 2, "sync", "--scaling", "weak", "--weak-steps", weak_steps, "--large-batch", "mean",
+                       "--exchange", "gradients", "--epochs", "1", "--batches", "6", "--layers", "784,16,10",
+                       "--seed", "3", "--data-dir", data)
+    assert record["statistics"]["steps"] == steps and record["statistics"]["step_size"] == pytest.approx(0.1 / 2)
+    assert record["settings"]["weak_steps"] == weak_steps
