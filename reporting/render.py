@@ -123,7 +123,7 @@ def sync(r, f):
     f["weak_step_grows"] = f["weak_steps"][1]["compute"] > f["weak_steps"][0]["compute"]
     f["weak_fell"] = f["weak_steps"][1]["test_accuracy"] < r.serial["test_accuracy"]
     f["weak_accuracy"] = spread(e.get("mean_accuracy") for e in plain)
-    f["weak_kept"] = bool(f["weak_accuracy"]) and f["weak_accuracy"][0] >= r.serial["mean_accuracy"]
+    f["weak_kept"] = bool(f["weak_accuracy"]) and f["weak_accuracy"][0] > r.serial["mean_accuracy"]
 
 
 def model(r, f):
@@ -196,7 +196,7 @@ def causes(r, e):
 
 def asynchronous(r, f):
     """Q5 and Q6: the course's async runs, their measured causes, and question 6's pairs (one setting changed)."""
-    course = [causes(r, e) for e in r.entries("async") if BEYOND not in e["label"]]
+    course = [causes(r, e) for e in r.entries("async") if is_course(e)]
     asked = [e for e in course if (e["masters"], e["processes"]) in COURSE_ASYNC]
     pick = lambda m, p: next((e for e in asked if (e["masters"], e["processes"]) == (m, p)), None)  # noqa: E731
     pairs = [(pick(*a), pick(*b)) for a, b in COURSE_PAIRS]
@@ -228,8 +228,9 @@ def split(r, f):
 def collapse(r, f):
     """Q9: every course async run by workers, from how many workers on every run collapsed, and how --many-workers'
     runs ended (collapsed or not, the lowest accuracy)."""
-    course = sorted((e for e in r.entries("async") if BEYOND not in e["label"]), key=lambda e: e["workers"])
+    course = sorted((e for e in r.entries("async") if is_course(e)), key=lambda e: e["workers"])
     beyond = [e for e in r.entries("async") if BEYOND in e["label"]]
+    smaller = [e for e in r.entries("async") if e["label"].endswith(SMALLER_STEP)]
     known = all(e["collapsed_runs"] is not None for e in course)
     gone = lambda w: all(e["collapsed_runs"] == e["ok_runs"] for e in course if e["workers"] >= w)  # noqa: E731
     start = next((w for w in sorted({e["workers"] for e in course}) if gone(w)), None) if known else Dash()
@@ -242,9 +243,16 @@ def collapse(r, f):
                          for a, b in zip(course, course[1:]) if a["workers"] == b["workers"] and a["masters"] != b["masters"]
                          and a["run_accuracies"] and b["run_accuracies"]]
     f.update(course_all=course, course_from=start, course_below=course_below, beyond_all=beyond,
-        beyond_lowest=min(a for e in beyond for a in e["run_accuracies"]), beyond_runs=sum(e["ok_runs"] for e in beyond),
-        beyond_collapsed=None if None in counts else sum(counts), staleness_bound=beyond[0].get("max_staleness"),
-        compensation=beyond[0].get("compensation"))
+        beyond_lowest=min((a for e in beyond for a in e["run_accuracies"]), default=None),
+        beyond_runs=sum(e["ok_runs"] for e in beyond), beyond_collapsed=None if None in counts else sum(counts),
+        staleness_bound=beyond[0].get("max_staleness") if beyond else None,
+        compensation=beyond[0].get("compensation") if beyond else None)
+    stale = [e for e in smaller if e["workers"] >= start] if isinstance(start, int) else []
+    shown = [a for e in stale for a in e["run_accuracies"]]
+    counts = [e["collapsed_runs"] for e in stale]
+    f["smaller_step"] = dict(runs=sum(e["ok_runs"] for e in stale), accuracy=spread(shown),
+                             collapsed=None if None in counts else sum(counts), workers=sorted({e["workers"] for e in stale})
+                             ) if stale else None
 
 
 def tradeoff(r, f):
@@ -279,6 +287,8 @@ def allreduce(r, f):
                                            for x in rows if x["processes"] == p for name in ("naive", "ring")))
                           for p, fits in r.fits_by_p.items()]
     largest = max(x["size"] for x in rows)
+    f["ring_fit_miss"] = median_error(error(exchange_time(r.fits, "ring", 2, x["size"]), x["ring_s"])
+                                      for x in rows if x["processes"] == 2) if "ring" in r.fits else None
     f["ring_over_mpi"] = spread(x["ring_s"] / x["mpi_s"] for x in rows if x["size"] == largest)
     f["mpi_slower"] = f["ring_over_mpi"][1] < 1
     f["sent_as_predicted"] = bool(rows) and all(x["sent_as_predicted"] for x in rows)
@@ -322,7 +332,7 @@ def consoles(r, f):
     configurations (others for REPORT.md), allreduce_test.py whole, each checked against the figures quoted."""
     quoted = lambda pairs: [text for text in (r.console(*pair) for pair in pairs) if text]  # noqa: E731
     strong = [("serial", 1)] + [("sync ring strong", e["processes"]) for e in r.series("sync ring strong")]
-    default = [(e["label"], e["processes"]) for e in r.entries("async") if BEYOND not in e["label"]]
+    default = [(e["label"], e["processes"]) for e in r.entries("async") if is_course(e)]
     asked = [(f"async {m}m", p) for m, p in COURSE_ASYNC if (f"async {m}m", p) in default]
     for pair in strong + default:
         check_console(r.console(*pair), r.get(*pair))
@@ -377,6 +387,12 @@ SIMILAR = 0.25  # Q11: the two allreduces' messages alone cost about the same wh
 TIE = 0.03  # two times within 3 % of each other are called as fast: the same run varies more than that
 BUSY = 0.85  # a run kept the cores busy when its ranks' CPU time came to 85 % of cores × its time or more
 BEYOND = "many-workers"  # the label of the async runs with main.py's departures, beyond the assignment
+SMALLER_STEP = "lr-workers"  # the label's end of the async runs whose step is divided by the workers (Q9's test)
+
+
+def is_course(entry):
+    """True for an async entry of the course's algorithm: its label names no variant ("async 2m")."""
+    return re.fullmatch(r"async \d+m", entry["label"]) is not None
 QUESTIONS = 13  # the course's report questions, answered as sections 1-13 in its order
 MAX_PAGES = 5  # the course's limit on hw3.pdf
 MARKUP = re.compile(r"([\\#$*_@<>\[\]`~=/+'\"-])")  # Typst's markup characters: escaped in text from the data

@@ -26,7 +26,8 @@ PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # "course" is main.py's defaults, the assignment's algorithm (whole layers per master, every gradient applied with
 # the full step, no staleness bound, a worker's chain of compute, push, pull): its runs carry no async option.
 # "many-workers" is the set of departures the report recommends beyond the assignment, behind main.py's one option.
-ASYNC_VARIANTS = {"course": [], "many-workers": ["--many-workers"]}
+# "lr-workers" divides each update's step by the workers (question 9's test of the step size behind the collapse).
+ASYNC_VARIANTS = {"course": [], "many-workers": ["--many-workers"], "lr-workers": ["--lr-rule", "workers"]}
 
 
 @dataclass
