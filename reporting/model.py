@@ -10,7 +10,7 @@ one validation pass. A run then takes
 
 where P/cores is an even share of the cores, nothing for switching between ranks. docs/model.md says more.
 """
-__all__ = ["measure_compute", "fit_exchange", "fit_per_processes", "exchange_time", "CostModel", "FORMS",
+__all__ = ["measure_compute", "fit_exchange", "exchange_time", "CostModel", "FORMS",
            "COMPUTE_ROWS"]
 
 import math
@@ -100,13 +100,6 @@ def fit_exchange(rows, gamma):
         if points and gamma is not None:
             fits[name] = (*least_squares(name, points, gamma), gamma)
     return fits
-
-
-def fit_per_processes(rows, gamma):
-    """{P: fit_exchange of the rows at P alone}: constants that follow the times measured at each P, time-sharing
-    included where P exceeds the cores (question 11's lines)."""
-    return {p: fit_exchange([r for r in rows if r["processes"] == p], gamma)
-            for p in sorted({r["processes"] for r in rows})}
 
 
 def exchange_time(fits, name, p, elements):

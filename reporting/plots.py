@@ -119,20 +119,20 @@ def plot_accuracy(results, path):
 
 
 def plot_allreduce(results, path):
-    """Measured naive and ring allreduce times (points) and the alpha-beta-gamma forms fitted at each P (lines)."""
+    """Measured naive and ring allreduce times (points) and the alpha-beta-gamma forms fitted at P = 2 (lines)."""
     counts = sorted({row["processes"] for row in results.allreduce})
     if not counts:
         return empty_plot(path, "no allreduce_test.py results")
     fig, axes = figure(2.0, len(counts), squeeze=False, sharey=True)
     for ax, p in zip(axes[0], counts):
         rows = sorted((r for r in results.allreduce if r["processes"] == p), key=lambda r: r["size"])
-        sizes, fits = [r["size"] for r in rows], results.fits_by_p.get(p, {})
+        sizes, fits = [r["size"] for r in rows], results.fits  # fitted where each process had a core
         for index, name in enumerate(("ring", "naive")):
             ax.plot(sizes, [1e3 * r[f"{name}_s"] for r in rows], "o", color=f"C{index}", markersize=3,
                     label=f"{name}: measured")
             if name in fits:
                 ax.plot(sizes, [1e3 * exchange_time(fits, name, p, n) for n in sizes], color=f"C{index}",
-                        label=f"{name}: α-β-γ fit")
+                        label=f"{name}: α-β-γ, P = 2 fit")
         crowded = "* (cores shared)" if p > results.cores else ""
         ax.set(xscale="log", yscale="log", xlabel="elements n (log scale)", title=f"P = {p}{crowded}")
     axes[0][0].set_ylabel("ms per allreduce (log scale)")

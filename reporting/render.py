@@ -91,7 +91,6 @@ def header(r, f):
              busy=busy, busy_compute=not (r.info.get("compute_quiet") or {}).get("quiet"),
              others=spread(x.get("others_cores") for x in r.runs), quiet_below=r.settings.get("quiet_below"),
              one_digit=shares and (min(shares), max(shares)), collapsed_from=COLLAPSED_FROM,
-             fits_by_p=list(r.fits_by_p.items()),
              every_run=[dict(e, core_wait_share=mean(waits(e)) / e["time"] if waits(e) else None)
                         for e in [r.serial] + r.entries("sync") + r.entries("async")],
              validation_rows=next((x["rows"] for x in r.compute_rows if x["kind"] == "evaluate"), None),
@@ -118,10 +117,7 @@ def sync(r, f):
              serial_seeds=sorted(serial.items()), strong_same_seed=all(a == b for a, b in pairs) if pairs else None,
              ring_rows=[(p, at(strong, p), at(plain, p), at(rule, p)) for p in r.settings["processes"]],
              strong_run=best_strong, best_weak=best_weak, gustafson=best_weak["speedup"] > best_strong["speedup"],
-             weak_speedups=[e["speedup"] for e in plain], strong_faster=best_strong["time"] < r.serial["time"],
-             weak_steps=(plain[0], plain[-1]), weak_rule=at(rule, plain[-1]["processes"]))
-    f["weak_step_grows"] = f["weak_steps"][1]["compute"] > f["weak_steps"][0]["compute"]
-    f["weak_fell"] = f["weak_steps"][1]["test_accuracy"] < r.serial["test_accuracy"]
+             weak_speedups=[e["speedup"] for e in plain], strong_faster=best_strong["time"] < r.serial["time"])
     f["weak_accuracy"] = spread(e.get("mean_accuracy") for e in plain)
     f["weak_kept"] = bool(f["weak_accuracy"]) and f["weak_accuracy"][0] > r.serial["mean_accuracy"]
 
@@ -136,10 +132,7 @@ def model(r, f):
         rows.append(dict(e=e, m=m, compute=per_step(e, "compute_time"), exchange=per_step(e, "communication_time"),
                          error=error(m["time"], e["time"]), core_wait=mean(e.get("core_wait_per_rank") or []),
                          cpu=cpu and mean(cpu) / n, busy_cores=cpu and sum(cpu) / e["time"],
-                         turns=mean(turns) / n if turns and None not in turns else None,
-                         alone=m["compute"] + m["exchange"] + e["epochs"] * m["evaluation"] / n,
-                         own_core=m["time"] and m["time"] / m["share"]))
-        rows[-1]["extra"] = rows[-1]["cpu"] - rows[-1]["alone"] if rows[-1]["cpu"] is not None else None
+                         turns=mean(turns) / n if turns and None not in turns else None))
     f["model_rows"] = rows  # the table, even where a comparison below cannot be made
     f["amdahl"] = [(c["e"]["processes"], rows[0]["m"]["compute"] / c["m"]["compute"]) for c in rows[1:]]
     f["amdahl_best"] = max(f["amdahl"], key=lambda bound: bound[1])
@@ -153,11 +146,10 @@ def model(r, f):
              crowded_ratio=spread(c["e"]["time"] / c["m"]["time"] for c in crowded if c["m"]["time"]),
              crowded_wait=crowded and dict(crowded[-1], share=crowded[-1]["core_wait"] / crowded[-1]["e"]["time"]))
     busy = crowded and f["crowded_wait"]["busy_cores"]
-    f["p2_update"], f["last_busy"] = per_step(p2["e"], "update_time"), busy and busy >= BUSY * r.cores
+    f["last_busy"] = busy and busy >= BUSY * r.cores
     f["p2_exchange_more"] = p2["exchange"] > saved if p2["exchange"] is not None else None
-    f["p2_parts_slower"] = all(None not in (p2[k], p2["m"][k]) and p2[k] > p2["m"][k] for k in ("compute", "exchange"))
-    f["per_turn"] = spread(c["extra"] / c["turns"] for c in crowded if c["extra"] is not None and c["turns"])
-    f["cpu_grew"] = f["crowded_wait"]["extra"] > 0 if crowded and f["crowded_wait"]["extra"] is not None else None
+    f["cpu_grew"] = crowded[-1]["cpu"] > (1 + TIE) * p2["cpu"] if crowded and None not in (crowded[-1]["cpu"], p2["cpu"]) \
+        else None
     cold = {x["rows"]: x["seconds"] for x in r.compute_rows if x["kind"] == "step_cold"}
     for c in rows:
         rows_each = math.ceil(r.model.batch / c["e"]["processes"])
@@ -171,7 +163,6 @@ def model(r, f):
     f["cold_beyond"] = [c["e"]["processes"] for c in shared if c["compute_cpu"] > (1 + TIE) * c["cold"]]
     f["rest_grew_more"] = bool(shared) and p2["rest"] is not None and (
         shared[-1]["rest"] - p2["rest"] > shared[-1]["compute_cpu"] - p2["compute_cpu"])
-    f["cache_range"] = spread([c["m"]["compute"] for c in shared] + [c["cold"] for c in shared])
 
 
 def speed(time, reference):
@@ -203,11 +194,11 @@ def asynchronous(r, f):
     layers = r.model.layers
     f.update(async_course=course, async_asked=asked, weight_layers=len(layers) - 1,
              async_pairs=[dict(a=a, b=b, speed=speed(a["time"], b["time"])) for a, b in pairs if a and b],
-             busy_range=spread(e["busy"] for e in asked), largest_layer=(layers[0], layers[1], (
-                 layers[0] * layers[1] + layers[1]) / r.model.parameters))
+             busy_range=spread(e["busy"] for e in asked))
     f["async_busy"] = all(e["busy_cores"] >= BUSY * r.cores for e in asked) if all(
         e["busy_cores"] for e in asked) else None
     f["busy_cores_range"] = spread(e["busy_cores"] for e in asked)
+    f["busiest_share"] = sorted({(e["masters"], e["share"]) for e in asked if e["share"]})
     f["masters_idle"] = f["busy_range"] and f["busy_range"][1] < 0.5
     f.update(step_alone=r.model.compute(r.model.batch), masters_cores=spread(e["masters_cores"] for e in asked))
 
@@ -248,6 +239,8 @@ def collapse(r, f):
         staleness_bound=beyond[0].get("max_staleness") if beyond else None,
         compensation=beyond[0].get("compensation") if beyond else None)
     stale = [e for e in smaller if e["workers"] >= start] if isinstance(start, int) else []
+    f["smaller_by"] = {f"{e['processes']}/{e['masters']}": f"{e['mean_accuracy']:.2f} %, {e['collapsed_runs']} of {e['ok_runs']}"
+                       for e in smaller if e.get("mean_accuracy") is not None}
     shown = [a for e in stale for a in e["run_accuracies"]]
     counts = [e["collapsed_runs"] for e in stale]
     f["smaller_step"] = dict(runs=sum(e["ok_runs"] for e in stale), accuracy=spread(shown),
@@ -264,7 +257,6 @@ def tradeoff(r, f):
     p, (sync_entry, *asyncs) = rows[0]
     async_entry = next(e for e in asyncs if e)
     f["tradeoff_exchange"] = per_step(r.get("sync ring strong", p), "communication_time")
-    f["tradeoff_own_core"] = next((c["own_core"] for c in f.get("model_rows", []) if c["e"]["processes"] == p), None)
     f.update(tradeoff_rows=rows, tradeoff=dict(
         p=p, sync=sync_entry, asynchronous=async_entry, faster=async_entry["time"] < sync_entry["time"],
         more_accurate=async_entry["mean_accuracy"] > sync_entry["mean_accuracy"],  # overlap: the seeds' ranges
@@ -283,23 +275,20 @@ def allreduce(r, f):
     f["allreduce_rows"] = [dict(x, ratio=x["naive_s"] / x["ring_s"]) for x in rows]
     f["ring_from"] = [(p, ring_faster_from([x for x in rows if x["processes"] == p]))
                       for p in sorted({x["processes"] for x in rows})]
-    f["fit_miss_by_p"] = [(p, median_error(error(exchange_time(fits, name, p, x["size"]), x[f"{name}_s"])
-                                           for x in rows if x["processes"] == p for name in ("naive", "ring")))
-                          for p, fits in r.fits_by_p.items()]
     largest = max(x["size"] for x in rows)
     f["ring_fit_miss"] = median_error(error(exchange_time(r.fits, "ring", 2, x["size"]), x["ring_s"])
                                       for x in rows if x["processes"] == 2) if "ring" in r.fits else None
-    f["ring_over_mpi"] = spread(x["ring_s"] / x["mpi_s"] for x in rows if x["size"] == largest)
-    f["mpi_slower"] = f["ring_over_mpi"][1] < 1
     f["sent_as_predicted"] = bool(rows) and all(x["sent_as_predicted"] for x in rows)
     sent = lambda name, p: 8 * FORMS[name](p)[1] * r.model.parameters  # noqa: E731 - bytes per process and step
     f["gradient_sent"] = [(p, sent("naive", p), sent("ring", p)) for p in r.settings["processes"]]
     two = next(x for x in rows if x["processes"] == 2 and x["size"] == largest)
     reduced = (FORMS["naive"](2)[2] - FORMS["ring"](2)[2]) * largest * r.gamma  # what naive reduces beyond the ring
     gap = two["naive_s"] - two["ring_s"]
-    f.update(gamma=r.gamma, gap=dict(n=largest, naive=two["naive_s"], ring=two["ring_s"], gap=gap, reduced=reduced,
+    f.update(fits=r.fits, gamma=r.gamma, gap=dict(n=largest, naive=two["naive_s"], ring=two["ring_s"], gap=gap, reduced=reduced,
                                      share=reduced / gap if gap > 0 else None))
     f["parts"] = taken_apart(r.info.get("breakdown") or {})
+    if f["parts"]:
+        f["parts"]["reduction_beyond"] = f["parts"]["share"]["reduction"] is not None and f["parts"]["share"]["reduction"] > 1
 
 
 def taken_apart(breakdown):
@@ -323,7 +312,7 @@ def taken_apart(breakdown):
 
 def ring_faster_from(rows):
     """The smallest measured array from which the ring was faster than naive at every larger size, None if never."""
-    sizes = sorted((x["size"], x["ring_s"] < x["naive_s"]) for x in rows)
+    sizes = sorted((x["size"], x["ring_s"] < (1 - TIE) * x["naive_s"]) for x in rows)  # a tie is not faster
     return next((size for i, (size, _) in enumerate(sizes) if all(faster for _, faster in sizes[i:])), None)
 
 

@@ -73,7 +73,7 @@ def test_quick_run_writes_csvs_plots_and_every_answer(tmp_path):
     assert set(parts) == {f"{a} {p}" for a in ("naive", "ring") for p in ("allreduce", "reduction", "messages")} | {
         "step alone", "step together"}
     text = check_outputs(out)
-    assert "Quick mode" in text and "| 2 | ring | 2(P−1)α + 2(P−1)/P·nβ + (P−1)/P·nγ |" in text
+    assert "Quick mode" in text and "| ring | 2(P−1)α + 2(P−1)/P·nβ + (P−1)/P·nγ |" in text
     section = lambda n: text[text.index(f"## {n}. "):text.index(f"## {n + 1}. ")]  # noqa: E731
     assert re.search(r"```text\n\$ python3 main\.py serial .*\nEpoch 1, accuracy [\d.]+ %\.\n", section(3))
     # as a user types them: the experiment's own options (quick: 2 epochs of 30), not main.py's defaults
