@@ -42,12 +42,12 @@ PROJECT_DIR = os.path.dirname(os.path.abspath(__file__))
 # The course's runs, and more async runs so that each number of masters has more than two points (question 8).
 # allreduce_test.py runs with its own defaults (None here): the course's four sizes, 20 repeats.
 DEFAULTS = dict(processes=[2, 4, 8, 16], async_runs=[(1, 2), (2, 4), (2, 6), (2, 8), (4, 8), (4, 12), (4, 16)],
-                split_masters=[1, 2, 4], split_workers=4, async_variants=list(ASYNC_VARIANTS),
+                async_variants=list(ASYNC_VARIANTS),
                 allreduce_processes=[2, 4, 8], allreduce_sizes=None, allreduce_repeats=None, compute_repeats=300,
                 epochs=5, batches=632, timeout=2400, trace_steps="100:106", quiet_below=0.1, quiet_wait=60,
                 allow_busy=False, out=os.path.join(PROJECT_DIR, "results"))
 QUICK = dict(DEFAULTS, processes=[2, 4], async_runs=[(1, 2), (2, 3), (2, 4)], allreduce_processes=[2, 4],
-             split_workers=2, allreduce_sizes="2^10,2^12,2^14,2^16", allreduce_repeats=3, compute_repeats=20, epochs=2,
+             allreduce_sizes="2^10,2^12,2^14,2^16", allreduce_repeats=3, compute_repeats=20, epochs=2,
              batches=30, timeout=120, quiet_wait=0, allow_busy=True, out=os.path.join(PROJECT_DIR, "results", "quick"))
 COURSE_SIZES = "2^12,2^15,2^18,2^21"  # allreduce_test.py's default sizes
 
@@ -174,9 +174,6 @@ def parse_args(argv=None):
         help="masters x processes (default 1x2,2x4,2x8,4x8,4x16)")
     add("--allreduce-processes", type=comma_list(positive, "positive integers"),
         help="process counts for allreduce_test.py (default 2,4,8)")
-    add("--split-masters", type=comma_list(positive, "positive integers"),
-        help="masters of question 7's parameter-server splits (default 1,2,4)")
-    add("--split-workers", type=positive, help="workers of those splits (default 4, with --quick 2)")
     add("--skip-traces", action="store_true", help="run no traced epoch (REPORT.md's timelines)")
     add("--epochs", type=int, help="epochs per training run (default 5)")
     add("--batches", type=int, help="mini-batches per epoch (default 632)")

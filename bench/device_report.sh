@@ -13,7 +13,7 @@
 # A run there must end within 9 minutes: report.py's own --timeout per run, and LIMIT seconds for it all.
 # Tried on 2 cores at P <= 2 (the project's .venv as VENV: this machine's python3 has no numpy):
 #   VENV=.venv LIMIT=300 bash bench/device_report.sh /tmp/dev2 --quick --processes 2 --async-runs 1x2 \
-#       --allreduce-processes 2 --split-masters 1 --split-workers 1 --skip-traces
+#       --allreduce-processes 2 --skip-traces
 set -u
 cd "$(dirname "$0")/.."
 WHEELS=${WHEELS:-bench/wheels}

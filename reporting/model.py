@@ -3,12 +3,8 @@
 An allreduce of n elements over p processes takes t = a(p)·alpha + b(p)·n·beta + c(p)·n·gamma (Thakur, Rabenseifner
 and Gropp 2005): alpha per message round, beta per element sent, gamma per element reduced. gamma is timed here as the
 op itself (measure_compute: numpy's add of two float64 arrays); alpha and beta are fitted to allreduce_test.py's times
-less the reduction. A training step on r rows is timed here too, in this process alone with one BLAS thread, and so is
-one validation pass. A run then takes
-
-    (P/cores where P > cores) × (steps × (T_step(16/P rows) + T_allreduce) + epochs × T_validation / P)
-
-where P/cores is an even share of the cores, nothing for switching between ranks. docs/model.md says more.
+less the reduction. A training step on r rows (warm, and with cold caches) and a validation pass are timed here too,
+in this process alone with one BLAS thread; REPORT.md's model of a run adds them up (docs/model.md).
 """
 __all__ = ["measure_compute", "fit_exchange", "exchange_time", "CostModel", "FORMS",
            "COMPUTE_ROWS"]

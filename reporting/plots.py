@@ -86,25 +86,10 @@ def plot_series(results, path, x, y, serial_label, only=None, bands=((None, None
         ax.set(**{key: value for key, value in axes.items() if key not in ("xlabel", "ylabel")})
         if band != (None, None):
             ax.set_ylim(*band)
-        if axes.get("yscale") == "log":  # ticks 1, 2, 5, 10, ... rather than bare powers of ten
-            from matplotlib import ticker
-            ax.yaxis.set(major_locator=ticker.LogLocator(subs=(1, 2, 5)),
-                         major_formatter=ticker.StrMethodFormatter("{x:g}"))
         ax.set_ylabel(axes.get("ylabel"))
     fig.supxlabel(axes.get("xlabel"), fontsize=8)
     panels[0][-1].legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
     save(fig, path)
-
-
-# Figure 1: the series questions 2 and 5 ask for
-TIME_SERIES = ("sync ring strong", "async 2m", "async 4m")
-
-
-def plot_time_asked(results, path):
-    """Training time against processes of the series the questions ask for, serial as a horizontal line."""
-    plot_series(results, path, "processes", "time", "serial ({:.2f} s)", TIME_SERIES, yscale="log",
-                xlabel=f"processes P (log₂ scale; more than {results.cores}: sharing the cores)",
-                ylabel="training time (s, log scale)")
 
 
 # Question 8's series: sync with the ring (strong scaling), async on 2 and 4 masters (the course's algorithm)
@@ -140,8 +125,7 @@ def plot_allreduce(results, path):
     save(fig, path)
 
 
-PLOTS = {"time_asked.png": plot_time_asked, "accuracy_vs_workers.png": plot_accuracy,  # file -> what draws it
-         "allreduce_time.png": plot_allreduce}
+PLOTS = {"accuracy_vs_workers.png": plot_accuracy, "allreduce_time.png": plot_allreduce}  # file -> what draws it
 
 
 def draw_plots(results, out):

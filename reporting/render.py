@@ -118,8 +118,8 @@ def sync(r, f):
              ring_rows=[(p, at(strong, p), at(plain, p), at(rule, p)) for p in r.settings["processes"]],
              strong_run=best_strong, best_weak=best_weak, gustafson=best_weak["speedup"] > best_strong["speedup"],
              weak_speedups=[e["speedup"] for e in plain], strong_faster=best_strong["time"] < r.serial["time"])
-    f["weak_accuracy"] = spread(e.get("mean_accuracy") for e in plain)
-    f["weak_kept"] = bool(f["weak_accuracy"]) and f["weak_accuracy"][0] > r.serial["mean_accuracy"]
+    f["weak_accuracy"] = low_high = spread(e.get("mean_accuracy") for e in plain)
+    f["weak_kept"] = bool(low_high) and low_high[0] > r.serial["mean_accuracy"]
 
 
 def model(r, f):
@@ -134,16 +134,14 @@ def model(r, f):
                          cpu=cpu and mean(cpu) / n, busy_cores=cpu and sum(cpu) / e["time"],
                          turns=mean(turns) / n if turns and None not in turns else None))
     f["model_rows"] = rows  # the table, even where a comparison below cannot be made
-    f["amdahl"] = [(c["e"]["processes"], rows[0]["m"]["compute"] / c["m"]["compute"]) for c in rows[1:]]
-    f["amdahl_best"] = max(f["amdahl"], key=lambda bound: bound[1])
+    f["amdahl_best"] = max(((c["e"]["processes"], rows[0]["m"]["compute"] / c["m"]["compute"]) for c in rows[1:]),
+                           key=lambda bound: bound[1])
     p2 = next(c for c in rows if c["e"]["processes"] == 2)
     saved = rows[0]["m"]["compute"] - p2["m"]["compute"]
     crowded = [c for c in rows if c["e"]["processes"] > r.cores]
     f.update(p2=p2, saved_compute=abs(saved), split_saves=saved > 0, ring=r.fits.get("ring"),
              exchange_costs_more=p2["m"]["exchange"] > saved, p2_speed=speed(p2["e"]["time"], r.serial["time"]),
-             t_eval=r.model.evaluation, error_fair=median_error(c["error"] for c in rows if c not in crowded),
-             validation_saved=r.model.evaluation and r.model.evaluation * p2["e"]["epochs"] / 2,
-             crowded_ratio=spread(c["e"]["time"] / c["m"]["time"] for c in crowded if c["m"]["time"]),
+             t_eval=r.model.evaluation, validation_saved=r.model.evaluation and r.model.evaluation * p2["e"]["epochs"] / 2,
              crowded_wait=crowded and dict(crowded[-1], share=crowded[-1]["core_wait"] / crowded[-1]["e"]["time"]))
     busy = crowded and f["crowded_wait"]["busy_cores"]
     f["last_busy"] = busy and busy >= BUSY * r.cores
@@ -191,29 +189,15 @@ def asynchronous(r, f):
     asked = [e for e in course if (e["masters"], e["processes"]) in COURSE_ASYNC]
     pick = lambda m, p: next((e for e in asked if (e["masters"], e["processes"]) == (m, p)), None)  # noqa: E731
     pairs = [(pick(*a), pick(*b)) for a, b in COURSE_PAIRS]
-    layers = r.model.layers
-    f.update(async_course=course, async_asked=asked, weight_layers=len(layers) - 1,
+    f.update(async_course=course, async_asked=asked, weight_layers=len(r.model.layers) - 1,
              async_pairs=[dict(a=a, b=b, speed=speed(a["time"], b["time"])) for a, b in pairs if a and b],
              busy_range=spread(e["busy"] for e in asked))
-    f["async_busy"] = all(e["busy_cores"] >= BUSY * r.cores for e in asked) if all(
-        e["busy_cores"] for e in asked) else None
+    f["async_busy"] = all(e["busy_cores"] >= BUSY * r.cores for e in asked) if all(e["busy_cores"] for e in asked) \
+        else None
     f["busy_cores_range"] = spread(e["busy_cores"] for e in asked)
     f["busiest_share"] = sorted({(e["masters"], e["share"]) for e in asked if e["share"]})
     f["masters_idle"] = f["busy_range"] and f["busy_range"][1] < 0.5
     f.update(step_alone=r.model.compute(r.model.batch), masters_cores=spread(e["masters_cores"] for e in asked))
-
-
-def split(r, f):
-    """Q7: the parameter server on 1, 2 and 4 masters, by the course's whole layers; whether any run's workers kept
-    the busiest master busy (W* = W / its busy share), and their turns on a core per update."""
-    layers = sorted((causes(r, e) for e in r.entries("split")), key=lambda e: e["masters"])
-    for e in layers:  # from the busy share as printed (to 0.1 %), so that W / busy on the page gives W*
-        e["saturation"] = e["workers"] / round(e["busy"], 3)
-    first, last = layers[0], layers[-1]
-    f.update(split_one=first, split_layers=layers, d_max_shrank=last["d_max"] < (1 - TIE) * first["d_max"],
-             split_saturated=any(e["workers"] >= e["saturation"] for e in layers))
-    f["split_turns_grew"] = None if None in (first["batch_turns"], last["batch_turns"]) else (
-        last["batch_turns"] > (1 + TIE) * first["batch_turns"] and last["updates_per_second"] < first["updates_per_second"])
 
 
 def collapse(r, f):
@@ -366,7 +350,7 @@ def check_timing_console(text, rows):
                                       f"at n = {match.group(1)}, the report quotes {row[name + '_s'] * 1e3:.3f}")
 
 
-GROUPS = [header, sync, model, asynchronous, split, collapse, tradeoff, allreduce, consoles]
+GROUPS = [header, sync, model, asynchronous, collapse, tradeoff, allreduce, consoles]
 COURSE_SYNC = (4, 8, 16)  # the process counts of the course's synchronous runs (question 2)
 COURSE_ASYNC = ((2, 4), (2, 8), (4, 8), (4, 16))  # its asynchronous runs, (masters, processes) (question 5)
 # Question 6's comparisons, (masters, processes) against (masters, processes): one setting changed at a time

@@ -34,18 +34,17 @@ ASYNC_VARIANTS = {"course": [], "many-workers": ["--many-workers"], "lr-workers"
 class Experiment:
     """One configuration of the matrix; `label` names its series in tables and plots."""
     label: str
-    mode: str  # serial, sync, async, split or allreduce_test
+    mode: str  # serial, sync, async or allreduce_test
     processes: int
     masters: int = 0
     scaling: str = ""  # sync, over the ring allreduce: strong (the course's) or weak
     async_variant: str = ""
-    shard: str = ""  # split: layers, the course's whole layers round robin (main.py --shard)
     rule: str = ""  # weak sync: "" is main.py's default large-batch rule (fewer steps), "mean" plain SGD, step
     # lr/P, with all of serial's steps (Gustafson's fixed work per rank)
 
     @property
     def workers(self):
-        return self.processes - self.masters if self.mode in ("async", "split") else self.processes
+        return self.processes - self.masters if self.mode == "async" else self.processes
 
     def name(self):
         return f"{self.label} P={self.processes}"
@@ -62,21 +61,14 @@ def async_experiment(masters, p, variant):
     return Experiment(label, "async", p, masters=masters, async_variant=variant)
 
 
-def split_experiment(masters, workers):
-    """The parameter server split over `masters` by whole layers, the course's algorithm (Q7), `workers` workers."""
-    return Experiment(f"split layers {masters}m", "split", masters + workers, masters, async_variant="course",
-                      shard="layers")
-
-
 def experiment_matrix(options):
     """Every configuration, in order: serial, sync over the ring (strong; weak under the rule and with plain SGD),
-    async in each variant, the master splits of Q7, allreduce_test."""
+    async in each variant, allreduce_test."""
     matrix = [Experiment("serial", "serial", 1)]
     for scaling, rule in (("strong", ""), ("weak", ""), ("weak", "mean")):
         matrix += [sync_experiment(scaling, p, rule) for p in options.processes]
     for variant in options.async_variants:
         matrix += [async_experiment(m, p, variant) for m, p in options.async_runs]
-    matrix += [split_experiment(masters, options.split_workers) for masters in options.split_masters]
     return matrix + [Experiment("allreduce_test", "allreduce_test", p) for p in options.allreduce_processes]
 
 
@@ -108,7 +100,6 @@ def main_command(experiment, options, seed, record, extra=()):
         mode += ["--weak-steps", "all", "--large-batch", "mean"] if experiment.rule == "mean" else []
     else:
         mode = ["async", str(experiment.masters), *ASYNC_VARIANTS[experiment.async_variant]]
-        mode += ["--shard", experiment.shard] if experiment.shard else []
     return [*launcher(options, experiment.processes), sys.executable, "main.py", *mode, *arguments]
 
 
@@ -202,7 +193,7 @@ def record_fields(experiment, record):
         fields.update({key: stats.get(key) for key in ("steps", "compute_time", "compute_cpu_time", "communication_time",
                                                        "evaluation_time", "elements_sent_per_step", "step_size")})
         fields["samples_per_epoch"] = stats["steps"] // max(settings["epochs"], 1) * per_step
-    if experiment.mode in ("async", "split"):
+    if experiment.mode == "async":
         fields.update(async_fields(stats))
         fields.update({key: stats.get(key) for key in SPLIT_FIELDS + ("train_time", "batches_per_worker")})
     if experiment.mode == "sync":

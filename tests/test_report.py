@@ -45,12 +45,12 @@ def test_quick_run_writes_csvs_plots_and_every_answer(tmp_path):
     out = tmp_path / "out"
     result = run_python("report.py", "--quick", "--out", out, "--data-dir", data, timeout=QUICK_TIMEOUT)
     assert result.returncode == 0, result.stderr
-    total = 1 + 1 + 1 + 6 + 9 + 3 + 2 + 4  # micro-benchmarks, the P = 2 breakdown, serial, sync, async (the
-    # course's, many-workers, lr-workers), master splits, allreduce_test, traces
+    total = 1 + 1 + 1 + 6 + 9 + 2 + 4  # micro-benchmarks, the P = 2 breakdown, serial, sync, async (the
+    # course's, many-workers, lr-workers), allreduce_test, traces
     assert re.search(rf"\[#+\] {total}/{total}", result.stderr), result.stderr  # the progress bar ended
     with open(out / "runs.csv", newline="") as f:
         runs = list(csv.DictReader(f))
-    assert [r["mode"] for r in runs] == (["serial"] + ["sync"] * 6 + ["async"] * 9 + ["split"] * 3
+    assert [r["mode"] for r in runs] == (["serial"] + ["sync"] * 6 + ["async"] * 9
                                          + ["allreduce_test"] * 2)
     for row in runs:
         assert float(row["others_cores"]) >= 0 and row["quiet"] in ("True", "False"), row  # the gate measured
@@ -126,7 +126,7 @@ def test_a_launcher_that_starts_nothing_fails_the_report_with_its_own_words(tmp_
     data = write_mnist_like(tmp_path / "data", train_count=300, test_count=100)
     out = tmp_path / "out"
     result = run_python("report.py", "--quick", "--out", out, "--data-dir", data, "--processes", "2",
-                        "--async-runs", "1x2", "--allreduce-processes", "2", "--split-masters", "1",
+                        "--async-runs", "1x2", "--allreduce-processes", "2",
                         "--skip-traces", timeout=QUICK_TIMEOUT, env={"MPIEXEC": str(fake)})
     failed = [line for line in result.stderr.splitlines() if line.startswith("report.py: failed: ")]
     with open(out / "runs.csv", newline="") as f:
@@ -161,10 +161,6 @@ def test_matrix_runs_the_courses_async_algorithm_with_no_option_and_its_departur
     plain = [e for e in matrix if e.rule == "mean"]  # Gustafson's runs: serial's steps, each rank a whole mini-batch
     assert [(e.label, e.processes) for e in plain] == [("sync ring weak plain", 2), ("sync ring weak plain", 4)]
     assert "--weak-steps all --large-batch mean" in " ".join(main_command(plain[0], options, 1, "r.json"))
-    splits = [(e.masters, e.shard, e.processes) for e in matrix if e.mode == "split"]
-    assert splits == [(1, "layers", 3), (2, "layers", 4), (4, "layers", 6)]  # the course's split: whole layers
-    command = main_command(next(e for e in matrix if e.mode == "split"), options, 1, "r.json")
-    assert command[command.index("main.py") + 1:][:4] == ["async", "1", "--shard", "layers"]
     course = [e for e in matrix if e.mode == "async" and e.async_variant == "course"]
     assert [(e.label, e.masters, e.processes) for e in course] == [("async 1m", 1, 2), ("async 2m", 2, 3),
                                                                   ("async 2m", 2, 4)]

@@ -46,21 +46,6 @@ def async_row(masters, p, variant, time, accuracy, compute=0.5e-3, wait=1.0e-3, 
 # (layer 1 holds 100,480 parameters, layer 2 8,256, layer 3 650; layer 0 is the input).
 SHARDS = {(1, "balanced"): [109386], (2, "balanced"): [54693, 54693], (2, "layers"): [8256, 101130],
           (4, "balanced"): [27347, 27347, 27346, 27346], (4, "layers"): [0, 100480, 8256, 650], (1, "layers"): [109386]}
-SPLITS = ((1, "layers"), (2, "layers"), (4, "layers"))  # question 7's runs: the course's split on 1, 2 and 4 masters
-ONE_MASTER_DEMAND = 1e-3  # seconds of a master's work per update when it owns all 109,386 parameters
-
-
-def split_row(masters, shard, per_second, workers=4, busy=0.25):
-    sizes = SHARDS[(masters, shard)]
-    demands = [ONE_MASTER_DEMAND * n / 109386 if n else None for n in sizes]
-    return {"label": f"split {shard} {masters}m", "mode": "split", "processes": masters + workers,
-            "masters": masters, "workers": workers, "async_variant": "course", "shard": shard, "epochs": 2,
-            "batches": 30, "batch_size": 16, "status": "ok", "time": 60 / per_second, "test_accuracy": 90.0,
-            "samples_per_epoch": 480, "shard_sizes": sizes, "updates_per_second": per_second,
-            "master_service_time": demands, "master_busy_fraction": [busy * n / max(sizes) for n in sizes],
-            "master_messages_per_update": [2] * masters, "worker_compute_per_batch": 0.5e-3, **QUIET}
-
-
 def allreduce_rows(slow_naive=1.0):
     """Times of the exact alpha-beta-gamma model; naive's times `slow_naive` times that at P = 2."""
     rows = []
@@ -100,7 +85,7 @@ def fake_results(out, runs, allreduce=True, compute=True, per_row=10e-6, shares=
 
 
 def matrix(serial_time=2.0, sync_time=2.5, weak_time=1.5, async_time=3.0, course_accuracy=9.58, crowded_time=None,
-           split_rates=(300, 450, 350), weak_accuracy=(92.0, 91.0), plain_accuracy=(92.0, 60.0)):
+           weak_accuracy=(92.0, 91.0), plain_accuracy=(92.0, 60.0)):
     """Serial, sync (strong; weak under the rule and with plain SGD), async and the master splits (rates of 1m,
     2m and 4m, whole layers); crowded_time: every sync run's with more processes than cores."""
     return [dict(sync_row("serial", 1, serial_time), mode="serial", steps=None, compute_time=None,
@@ -110,8 +95,7 @@ def matrix(serial_time=2.0, sync_time=2.5, weak_time=1.5, async_time=3.0, course
                        accuracy[p // 4], update_time=factor * 1e-3)
               for suffix, accuracy, factor in (("", weak_accuracy, 3), (" plain", plain_accuracy, 1))
               for p in (2, 4)],
-            async_row(2, 4, "course", async_time, course_accuracy), async_row(2, 4, "many-workers", async_time, 92.0),
-            *[split_row(m, shard, rate) for (m, shard), rate in zip(SPLITS, split_rates)]]
+            async_row(2, 4, "course", async_time, course_accuracy), async_row(2, 4, "many-workers", async_time, 92.0)]
 
 
 def flat(results, pdf=False):
@@ -405,7 +389,7 @@ def times_signs(text):
 
 def speed_ups(f):
     """Every speed-up the figures hold, as printed: measured runs, the ring's over naive."""
-    measured = [e["speedup"] for e in [f["serial"]] + f["every_run"] + f["async_asked"] + f["split_layers"]]
+    measured = [e["speedup"] for e in [f["serial"]] + f["every_run"] + f["async_asked"]]
     return {f"{x:.2f}" for x in measured + [row["ratio"] for row in f["allreduce_rows"]] if x is not None}
 
 
