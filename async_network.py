@@ -389,6 +389,7 @@ class Worker:
         self.pulls = [[] for _ in range(slots)]   # receive requests of the copy in each buffer
         self.pushes = [[] for _ in range(slots)]  # send requests of the gradient in each buffer
         self.compute_time = self.wait_time = 0.0
+        self.compute_cpu_time = self.wait_cpu_time = 0.0  # CPU time: polling while waiting costs a core
         self.batches_done = 0
 
     def work_epoch(self, data, labels):
@@ -420,20 +421,22 @@ class Worker:
 
     def compute_gradient(self, data, labels):
         """Sample a mini-batch; forward and backward pass into the current gradient buffer."""
-        network, start = self.network, time.perf_counter()
+        network, start, cpu_start = self.network, time.perf_counter(), time.thread_time()
         span = network.tracer.begin("compute")
         chosen = network.rng.choice(len(data), network.mini_batch_size, replace=False)
         network.forward_prop(data[chosen])
         network.back_prop(labels[chosen], scale=network.learning_rate)
         network.tracer.end(span)
+        self.compute_cpu_time += time.thread_time() - cpu_start
         self.compute_time += time.perf_counter() - start
 
     def exchange(self, requests, phase):
         """Wait for these sends and receives; the time counts as waiting."""
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.thread_time()
         span = self.network.tracer.begin("pull_parameters")  # the wait: sends done, shards here
         self.network.waiter.all(requests, (phase, self.batches_done, None))
         self.network.tracer.end(span)
+        self.wait_cpu_time += time.thread_time() - cpu_start
         self.wait_time += time.perf_counter() - start
 
     def push_gradients(self, slot):
@@ -464,6 +467,7 @@ class Worker:
         """This worker's figures for the run's statistics."""
         return {"rank": self.network.rank, "role": "worker", "batches": self.batches_done,
                 "compute_time": self.compute_time, "wait_time": self.wait_time,
+                "compute_cpu_time": self.compute_cpu_time, "wait_cpu_time": self.wait_cpu_time,
                 "train_time": self.network.train_time}
 
 
@@ -502,7 +506,7 @@ class ParameterServer:
         self.waiting = []  # workers that want to pull, in arrival order
         self.version = 0   # updates applied to this shard so far
         self.staleness = np.zeros(n.number_of_batches * n.epochs, dtype=np.int64)
-        self.idle_time = 0.0
+        self.idle_time = self.idle_cpu_time = 0.0  # wall and CPU time waiting for a gradient or grant
         self.bytes_received = self.bytes_sent = self.messages = 0  # gradients, parameters, grants
         # Bounded staleness: the leader decides, the other masters that own parameters follow.
         self.leader = n.leader
@@ -547,11 +551,12 @@ class ParameterServer:
         self.release_waiting_workers()
         while updates < batches or grants_received < grants_expected:
             self.prepare_drift()  # busy time, not idle: it is the next update's work, done early
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.thread_time()
             span = self.tracer.begin("wait_gradient")
             index = self.waiter.any(self.grad_requests + [self.grant_request],
                                     ("wait_gradient", updates, None))
             self.tracer.end(span)
+            self.idle_cpu_time += time.thread_time() - cpu_start
             self.idle_time += time.perf_counter() - start
             assert index != MPI.UNDEFINED, "a receive is posted for every gradient still to come"
             if index == self.num_workers:  # a grant from the leader
@@ -756,7 +761,8 @@ class ParameterServer:
         return {"rank": self.rank, "role": "master", "updates": int(self.version),
                 "staleness_histogram": np.bincount(staleness).tolist(),
                 "staleness_max": int(staleness.max()) if staleness.size else 0,
-                "idle_time": self.idle_time, "train_time": self.network.train_time,
+                "idle_time": self.idle_time, "idle_cpu_time": self.idle_cpu_time,
+                "train_time": self.network.train_time,
                 "bytes_received": self.bytes_received, "bytes_sent": self.bytes_sent,
                 "messages": self.messages}
 
@@ -818,6 +824,9 @@ def summarise(ranks, network):
         "master_messages_per_update": [per_update(m["messages"], m["updates"]) for m in masters],
         "worker_compute_time": [w["compute_time"] for w in workers],
         "worker_wait_time": [w["wait_time"] for w in workers],
+        "worker_compute_cpu_time": [w["compute_cpu_time"] for w in workers],
+        "worker_wait_cpu_time": [w["wait_cpu_time"] for w in workers],
+        "master_idle_cpu_time": [m["idle_cpu_time"] for m in masters],
         "worker_compute_per_batch": mean_or_none(w["compute_time"] / w["batches"]
                                                  for w in workers if w["batches"]),
         "worker_wait_per_batch": mean_or_none(w["wait_time"] / w["batches"]

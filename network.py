@@ -60,6 +60,8 @@ class NeuralNetwork:
         self.rule = large_batch_rule(large_batch, warmup, momentum, lars)
         self.optimizer = self.large_batch_optimizer()  # None: plain SGD
         self.update_time = 0.0  # seconds in apply_step: the elementwise work of the updates
+        self.compute_time = self.compute_cpu_time = 0.0  # a step's wall and CPU time, summed over steps
+        self.steps = 0
 
     def large_batch_optimizer(self):
         """The Optimizer of self.rule, or None for plain SGD (uses steps_per_epoch: subclasses set
@@ -172,7 +174,7 @@ class NeuralNetwork:
 
     def update_mini_batch(self, x, y):
         """One SGD step on the mini-batch (x (batch, n_0), y (batch, n_L)): params -= eta * gradient."""
-        tracer = self.tracer
+        start, cpu_start, tracer = time.perf_counter_ns(), time.thread_time_ns(), self.tracer
         span = tracer.begin("forward")
         self.forward_prop(x)
         tracer.end(span)
@@ -182,6 +184,10 @@ class NeuralNetwork:
         span = tracer.begin("update")
         self.apply_step(self.grads)
         tracer.end(span)
+        # the same clocks as the distributed steps', so serial's step in a run compares with theirs
+        self.compute_cpu_time += (time.thread_time_ns() - cpu_start) / 1e9
+        self.compute_time += (time.perf_counter_ns() - start) / 1e9
+        self.steps += 1
 
     def apply_step(self, step):
         """params -= step, step (n,) = eta * gradient; through the large-batch rule if there is one.
@@ -205,7 +211,8 @@ class NeuralNetwork:
         return {"large_batch": self.rule.name, "learning_rate": self.learning_rate,
                 "warmup_steps": optimizer.warmup_steps if optimizer else 0,
                 "momentum": self.rule.momentum, "lars_eta": self.rule.lars,
-                "update_time": self.update_time}
+                "update_time": self.update_time, "steps": self.steps,
+                "compute_time": self.compute_time, "compute_cpu_time": self.compute_cpu_time}
 
     # ------------------------------------------------------------------ training and evaluation
 

@@ -162,6 +162,7 @@ class SynchronicNeuralNetwork(NeuralNetwork):
         if scaling == "weak":
             self.step_size = self.rule.base_step(self.learning_rate, self.size)
         self.compute_time = self.compute_cpu_time = self.communication_time = self.evaluation_time = 0.0
+        self.communication_cpu_time = 0.0
         self.bytes_sent = 0  # passed to sends by the exchange, read off its module's counter
         self.steps = 0
 
@@ -253,6 +254,7 @@ class SynchronicNeuralNetwork(NeuralNetwork):
         start, middle and end, for the compute's CPU time (below its wall time when the rank was
         off its core: time-sharing)."""
         self.compute_cpu_time += ((cpu[1] - cpu[0]) + (time.thread_time_ns() - cpu[2])) / 1e9
+        self.communication_cpu_time += (cpu[2] - cpu[1]) / 1e9  # a waiting rank's tests and yields cost CPU
         self.compute_time += ((middle - start) + (time.perf_counter_ns() - end)) / 1e9
         self.communication_time += (end - middle) / 1e9
 
@@ -357,6 +359,6 @@ class SynchronicNeuralNetwork(NeuralNetwork):
                 "scaling": self.scaling, "exchange": self.exchange, "wait_policy": self.waiter.policy,
                 "steps": self.steps, "step_size": self.step_size,
                 "compute_time": self.compute_time, "compute_cpu_time": self.compute_cpu_time,
-                "communication_time": self.communication_time,
+                "communication_time": self.communication_time, "communication_cpu_time": self.communication_cpu_time,
                 "evaluation_time": self.evaluation_time,
                 "elements_sent_per_step": self.bytes_sent / self.dtype.itemsize / steps}

@@ -61,24 +61,23 @@ def log2_axis(ax, values):
 
 
 def plot_series(results, path, x, y, serial_label, only=None, bands=((None, None),), **axes):
-    """Every parallel series' `y` against its `x` (entry keys; y "mean_accuracy": the seeds' mean, bars from the
-    lowest to the highest seed), or those labelled in `only`; serial as a line. A panel per (low, high) limits of y
+    """Every parallel series' `y` against its `x` (entry keys; y "mean_accuracy": the seeds' mean, each seed's own
+    accuracy a hollow marker), or those labelled in `only`; serial as a line. A panel per (low, high) limits of y
     in `bands`, the legend beside the last."""
     order = results.labels("sync") + results.labels("async")
     labels = [l for l in order if results.series(l) and (only is None or l in only)]
     if not labels:
         return empty_plot(path, "no successful parallel run")
-    fig, panels = figure(2.2, len(bands), squeeze=False)
+    fig, panels = figure(2.0, len(bands), squeeze=False)
     for ax, band in zip(panels[0], bands):
-        for index, label in enumerate(labels):
+        for label in labels:
             series = results.series(label)
-            values = [e[y] for e in series]
-            # bars: each series a little apart on the log axis, so that equal x values do not hide each other
-            shift = 2 ** (0.06 * (index - (len(labels) - 1) / 2)) if y == "mean_accuracy" else 1
-            bars = [[v - min(e["run_accuracies"]) for v, e in zip(values, series)],
-                    [max(e["run_accuracies"]) - v for v, e in zip(values, series)]] if y == "mean_accuracy" else None
-            ax.errorbar([e[x] * shift for e in series], values, yerr=bars, label=NAMES.get(label, label), zorder=3,
-                        capsize=2, elinewidth=0.8, **series_style(label, order))
+            values, style = [e[y] for e in series], series_style(label, order)
+            ax.plot([e[x] for e in series], values, label=NAMES.get(label, label), zorder=3, **style)
+            if y == "mean_accuracy":  # every seed too, hollow, at the true x: one seed's collapse shows as such
+                ax.scatter([e[x] for e in series for _ in e["run_accuracies"]],
+                           [a for e in series for a in e["run_accuracies"]], s=16, marker=style["marker"],
+                           facecolors="none", edgecolors=style["color"], linewidths=0.7, zorder=2)
         if results.serial:  # thin and dashed, beneath the series: a series on serial's value stays visible
             ax.axhline(results.serial[y], color="k", linewidth=0.8, linestyle=(0, (4, 3)), zorder=1,
                        label=serial_label.format(results.serial[y]))
@@ -97,10 +96,10 @@ ACCURACY_SERIES = ("sync ring strong", "async 2m", "async 4m")
 
 
 def plot_accuracy(results, path):
-    """Final test accuracy against the number of workers (question 8), the seeds' mean."""
+    """Final test accuracy against the number of workers (question 8), the seeds' mean and each seed."""
     plot_series(results, path, "workers", "mean_accuracy", "serial ({:.2f} %)", ACCURACY_SERIES,
                 bands=((0, 100),), xlabel="workers (log₂ scale; sync: P, async: P − masters)",
-                ylabel="test accuracy (%), seeds' mean")
+                ylabel="test accuracy (%)")
 
 
 def plot_allreduce(results, path):

@@ -19,7 +19,7 @@ import pypdf
 import typst
 
 from reporting.model import FORMS, exchange_time
-from reporting.results import COLLAPSED_FROM, collapsed, mean
+from reporting.results import COLLAPSED_FROM, mean
 
 
 class Dash(jinja2.ChainableUndefined):
@@ -50,7 +50,7 @@ FILTERS = {"sec": number("{:.2f} s"), "ms": number("{:.3g} ms", 1e3), "pct": num
            "share1": number("{:.1f} %", 100), "num": number("{:.3g}"), "thousands": number("{:,.0f}"),
            "fixed": number("{:.2f}"), "one": number("{:.1f}"), "us": number("{:.1f} µs", 1e6),
            "ns": number("{:.3f} ns", 1e9), "MB": number("{:.2f} MB", 1e-6), "minutes": number("{:.1f} min", 1 / 60),
-           "choose": choose,  # and for hw3.typ.j2, a run's console output as a Typst string literal:
+           "choose": choose, "abs": lambda value: value if value is None or isinstance(value, jinja2.Undefined) else abs(value),  # and for hw3.typ.j2, a run's console output as a Typst string literal:
            "string": lambda text: markupsafe.Markup('"{}"'.format(text.replace("\\", "\\\\").replace('"', '\\"')))}
 
 
@@ -123,44 +123,39 @@ def sync(r, f):
 
 
 def model(r, f):
-    """Q3: every term of the model of serial and strong scaling against what the runs measured, and a rank's CPU time
-    and turns on a core (the kernel's count) per step against the model's compute, allreduce and validation share."""
+    """Q3 and Q4: serial's and each strong run's step as the runs clocked it (compute and allreduce, wall and CPU),
+    P = 2's time accounted from serial's, and Amdahl's serial part: a step alone fitted to a + b·rows."""
     rows = []
     for e in [r.serial] + r.series("sync ring strong"):
-        m, cpu, turns = r.model.run(e), e.get("cpu_time_per_rank"), e.get("core_turns_per_rank")
-        n = m["steps"]  # the record's count of steps, else epochs × mini-batches
+        m, cpu = r.model.run(e), e.get("cpu_time_per_rank")
         rows.append(dict(e=e, m=m, compute=per_step(e, "compute_time"), exchange=per_step(e, "communication_time"),
-                         error=error(m["time"], e["time"]), core_wait=mean(e.get("core_wait_per_rank") or []),
-                         cpu=cpu and mean(cpu) / n, busy_cores=cpu and sum(cpu) / e["time"],
-                         turns=mean(turns) / n if turns and None not in turns else None))
+                         compute_cpu=per_step(e, "compute_cpu_time"), exchange_cpu=per_step(e, "communication_cpu_time"),
+                         core_wait=mean(e.get("core_wait_per_rank") or []), cpu=cpu and mean(cpu) / m["steps"],
+                         busy_cores=cpu and sum(cpu) / e["time"]))
     f["model_rows"] = rows  # the table, even where a comparison below cannot be made
-    f["amdahl_best"] = max(((c["e"]["processes"], rows[0]["m"]["compute"] / c["m"]["compute"]) for c in rows[1:]),
-                           key=lambda bound: bound[1])
-    p2 = next(c for c in rows if c["e"]["processes"] == 2)
-    saved = rows[0]["m"]["compute"] - p2["m"]["compute"]
+    serial, p2 = rows[0], next(c for c in rows if c["e"]["processes"] == 2)
     crowded = [c for c in rows if c["e"]["processes"] > r.cores]
+    saved = r.model.compute(r.model.batch) - p2["m"]["compute"]
     f.update(p2=p2, saved_compute=abs(saved), split_saves=saved > 0, ring=r.fits.get("ring"),
              exchange_costs_more=p2["m"]["exchange"] > saved, p2_speed=speed(p2["e"]["time"], r.serial["time"]),
              t_eval=r.model.evaluation, validation_saved=r.model.evaluation and r.model.evaluation * p2["e"]["epochs"] / 2,
-             crowded_wait=crowded and dict(crowded[-1], share=crowded[-1]["core_wait"] / crowded[-1]["e"]["time"]))
-    busy = crowded and f["crowded_wait"]["busy_cores"]
-    f["last_busy"] = busy and busy >= BUSY * r.cores
-    f["p2_exchange_more"] = p2["exchange"] > saved if p2["exchange"] is not None else None
-    f["cpu_grew"] = crowded[-1]["cpu"] > (1 + TIE) * p2["cpu"] if crowded and None not in (crowded[-1]["cpu"], p2["cpu"]) \
-        else None
-    cold = {x["rows"]: x["seconds"] for x in r.compute_rows if x["kind"] == "step_cold"}
-    for c in rows:
-        rows_each = math.ceil(r.model.batch / c["e"]["processes"])
-        c.update(compute_cpu=per_step(c["e"], "compute_cpu_time"), cold=cold.get(rows_each))
-        c["rest"] = c["cpu"] - c["compute_cpu"] if None not in (c["cpu"], c["compute_cpu"]) else None
-    shared = [c for c in crowded if None not in (c["compute_cpu"], c["cold"], c["rest"])]
-    f["compute_grew"] = bool(shared) and shared[-1]["compute_cpu"] > (1 + TIE) * p2["compute_cpu"] if p2[
-        "compute_cpu"] else None
-    f["within_cold"] = bool(shared) and all((1 - TIE) * c["m"]["compute"] <= c["compute_cpu"] <= (1 + TIE) * c["cold"]
-                                            for c in shared)
-    f["cold_beyond"] = [c["e"]["processes"] for c in shared if c["compute_cpu"] > (1 + TIE) * c["cold"]]
-    f["rest_grew_more"] = bool(shared) and p2["rest"] is not None and (
-        shared[-1]["rest"] - p2["rest"] > shared[-1]["compute_cpu"] - p2["compute_cpu"])
+             crowded_last=crowded[-1] if crowded else None)
+    if None not in (p2["compute"], p2["exchange"], serial["compute"]):  # serial's step timed in its run, P = 2's too
+        more = p2["compute"] + p2["exchange"] - serial["compute"]
+        f.update(p2_step_more=more, p2_run_more=p2["m"]["steps"] * more, p2_more=more > 0,
+                 p2_predicted=r.serial["time"] + p2["m"]["steps"] * more - f["validation_saved"],
+                 p2_saved=serial["compute"] - p2["compute"], p2_split_saves=serial["compute"] > p2["compute"],
+                 p2_exchange_more=p2["exchange"] > serial["compute"] - p2["compute"])
+    f["last_busy"] = bool(crowded) and crowded[-1]["busy_cores"] >= BUSY * r.cores
+    times = [c["e"]["time"] for c in rows[1:]]
+    f["slower_with_p"] = all(a < b for a, b in zip(times[1:], times[2:])) and times[-1] > r.serial["time"]
+    clocked = [c for c in crowded if None not in (c["exchange_cpu"], c["compute_cpu"])]
+    f["exchange_cpu_most"] = all(c["exchange_cpu"] > c["compute_cpu"] for c in clocked) if clocked else None
+    alone = [(x["rows"], x["seconds"]) for x in r.compute_rows if x["kind"] == "step"]
+    fit = statistics.linear_regression(*zip(*alone))
+    step = fit.intercept + fit.slope * r.model.batch
+    f["amdahl"] = dict(fixed=fit.intercept, per_row=fit.slope, share=fit.intercept / step, bound=step / fit.intercept,
+                       update_step=per_step(r.serial, "update_time"))
 
 
 def speed(time, reference):
@@ -174,7 +169,10 @@ def causes(r, e):
     service = [d for d in e.get("master_service_time") or [] if d is not None]
     batches, masters = e["epochs"] * e["batches"], e["masters"]
     cpu, turns = e.get("cpu_time_per_rank"), e.get("core_turns_per_rank")
+    waits = [e.get("worker_wait_cpu_time"), e.get("master_idle_cpu_time")]  # CPU inside every rank's waits
     return dict(e, d_max=max(service) if service else None, busy_cores=cpu and sum(cpu) / e["time"],
+                wait_cpu=sum(map(sum, waits)) / batches if None not in waits else None,
+                gradient_cpu=e.get("worker_compute_cpu_time") and sum(e["worker_compute_cpu_time"]) / batches,
                 batch_cpu=cpu and sum(cpu) / batches, masters_cpu=cpu and sum(cpu[:masters]) / batches,
                 workers_cpu=cpu and sum(cpu[masters:]) / batches, masters_cores=cpu and sum(cpu[:masters]) / e["time"],
                 batch_turns=sum(turns) / batches if turns and None not in turns else None,
@@ -197,7 +195,12 @@ def asynchronous(r, f):
     f["busy_cores_range"] = spread(e["busy_cores"] for e in asked)
     f["busiest_share"] = sorted({(e["masters"], e["share"]) for e in asked if e["share"]})
     f["masters_idle"] = f["busy_range"] and f["busy_range"][1] < 0.5
-    f.update(step_alone=r.model.compute(r.model.batch), masters_cores=spread(e["masters_cores"] for e in asked))
+    f.update(step_alone=r.model.compute(r.model.batch), masters_cores=spread(e["masters_cores"] for e in asked),
+             gradient_range=spread(e["gradient_cpu"] for e in asked),
+             wait_share=spread(e["wait_cpu"] / e["batch_cpu"] for e in asked if e["wait_cpu"] and e["batch_cpu"]))
+    known = [x for x in f["async_pairs"] if None not in (x["a"]["wait_cpu"], x["b"]["wait_cpu"])]
+    f["wait_follows_time"] = all((x["a"]["wait_cpu"] > x["b"]["wait_cpu"]) == (x["a"]["time"] > x["b"]["time"])
+                                 for x in known) if known else None
 
 
 def collapse(r, f):
@@ -205,15 +208,11 @@ def collapse(r, f):
     runs ended (collapsed or not, the lowest accuracy)."""
     course = sorted((e for e in r.entries("async") if is_course(e)), key=lambda e: e["workers"])
     beyond = [e for e in r.entries("async") if BEYOND in e["label"]]
-    smaller = [e for e in r.entries("async") if e["label"].endswith(SMALLER_STEP)]
     known = all(e["collapsed_runs"] is not None for e in course)
     gone = lambda w: all(e["collapsed_runs"] == e["ok_runs"] for e in course if e["workers"] >= w)  # noqa: E731
     start = next((w for w in sorted({e["workers"] for e in course}) if gone(w)), None) if known else Dash()
     course_below = [e for e in course if start is None or not isinstance(start, Dash) and e["workers"] < start]
-    counts, below = [e["collapsed_runs"] for e in beyond], [e for e in course_below if e["workers"] > 1]
-    kept = [a for e in below for a, share in zip(e["run_accuracies"], e["run_shares"]) if not collapsed(share)]
-    short = [a for a in kept if a < r.serial["mean_accuracy"] - SHORT]  # the runs that fell short, not collapsed
-    f["fell_short"] = dict(count=len(short), total=len(kept), runs=short, workers=sorted({e["workers"] for e in below}))
+    counts = [e["collapsed_runs"] for e in beyond]
     f["same_workers"] = [dict(a=a, b=b, overlap=overlap(a["run_accuracies"], b["run_accuracies"]))
                          for a, b in zip(course, course[1:]) if a["workers"] == b["workers"] and a["masters"] != b["masters"]
                          and a["run_accuracies"] and b["run_accuracies"]]
@@ -222,14 +221,13 @@ def collapse(r, f):
         beyond_runs=sum(e["ok_runs"] for e in beyond), beyond_collapsed=None if None in counts else sum(counts),
         staleness_bound=beyond[0].get("max_staleness") if beyond else None,
         compensation=beyond[0].get("compensation") if beyond else None)
-    stale = [e for e in smaller if e["workers"] >= start] if isinstance(start, int) else []
-    f["smaller_by"] = {f"{e['processes']}/{e['masters']}": f"{e['mean_accuracy']:.2f} %, {e['collapsed_runs']} of {e['ok_runs']}"
-                       for e in smaller if e.get("mean_accuracy") is not None}
-    shown = [a for e in stale for a in e["run_accuracies"]]
-    counts = [e["collapsed_runs"] for e in stale]
-    f["smaller_step"] = dict(runs=sum(e["ok_runs"] for e in stale), accuracy=spread(shown),
-                             collapsed=None if None in counts else sum(counts), workers=sorted({e["workers"] for e in stale})
-                             ) if stale else None
+    control = [(e, r.get(f"serial lr x{e['workers']}", 1)) for e in course if e["workers"] > 1]
+    f["larger_by"] = {f"{e['processes']}/{e['masters']}": f"{c['mean_accuracy']:.2f} %, {c['collapsed_runs']} of {c['ok_runs']}"
+                      for e, c in control if c}
+    pairs = [(e["collapsed_runs"], c["collapsed_runs"]) for e, c in control if c]
+    f["larger_step"] = dict(workers=sorted({e["workers"] for e, c in control if c}),
+                            agree=all(abs(a - b) <= 1 for a, b in pairs) if pairs and None not in sum(pairs, ()) else None,
+                            differ=sorted({e["workers"] for e, c in control if c and abs(e["collapsed_runs"] - c["collapsed_runs"]) > 1}))
 
 
 def tradeoff(r, f):
@@ -241,9 +239,12 @@ def tradeoff(r, f):
     p, (sync_entry, *asyncs) = rows[0]
     async_entry = next(e for e in asyncs if e)
     f["tradeoff_exchange"] = per_step(r.get("sync ring strong", p), "communication_time")
+    two = dict(sync=r.get("sync ring strong", 2), asynchronous=r.get("async 1m", 2))
+    f["tradeoff_p2"] = dict(two, faster=two["asynchronous"]["time"] < two["sync"]["time"]) if all(two.values()) else None
     f.update(tradeoff_rows=rows, tradeoff=dict(
         p=p, sync=sync_entry, asynchronous=async_entry, faster=async_entry["time"] < sync_entry["time"],
-        more_accurate=async_entry["mean_accuracy"] > sync_entry["mean_accuracy"],  # overlap: the seeds' ranges
+        more_accurate=async_entry["mean_accuracy"] > sync_entry["mean_accuracy"],
+        accuracy_gap=abs(async_entry["mean_accuracy"] - sync_entry["mean_accuracy"]),  # overlap: the seeds' ranges
         overlap=overlap(async_entry["run_accuracies"], sync_entry["run_accuracies"])))
 
 
@@ -271,8 +272,6 @@ def allreduce(r, f):
     f.update(fits=r.fits, gamma=r.gamma, gap=dict(n=largest, naive=two["naive_s"], ring=two["ring_s"], gap=gap, reduced=reduced,
                                      share=reduced / gap if gap > 0 else None))
     f["parts"] = taken_apart(r.info.get("breakdown") or {})
-    if f["parts"]:
-        f["parts"]["reduction_beyond"] = f["parts"]["share"]["reduction"] is not None and f["parts"]["share"]["reduction"] > 1
 
 
 def taken_apart(breakdown):
@@ -289,9 +288,8 @@ def taken_apart(breakdown):
         p.update(rest=p["allreduce"] - p["reduction"], per_element=p["reduction"] / (size * FORMS[name](2)[2]))
     gap = {part: parts["naive"][part] - parts["ring"][part] for part in ("allreduce", "reduction", "rest", "messages")}
     share = {part: gap[part] / gap["allreduce"] if gap["allreduce"] > 0 else None for part in gap}
-    return dict(parts, gap=gap, size=size, share=share, steps=(seconds.get("step alone"), seconds.get("step together")),
-                reduction_explains=share["reduction"] is not None and share[
-        "reduction"] >= 0.5, messages_alike=abs(gap["messages"]) <= SIMILAR * gap["allreduce"])
+    return dict(parts, gap=gap, size=size, share=share, explains=share["reduction"] is not None and share["reduction"] >= 0.5,
+                messages_alike=abs(gap["messages"]) <= SIMILAR * gap["allreduce"])
 
 
 def ring_faster_from(rows):
@@ -355,12 +353,10 @@ COURSE_SYNC = (4, 8, 16)  # the process counts of the course's synchronous runs 
 COURSE_ASYNC = ((2, 4), (2, 8), (4, 8), (4, 16))  # its asynchronous runs, (masters, processes) (question 5)
 # Question 6's comparisons, (masters, processes) against (masters, processes): one setting changed at a time
 COURSE_PAIRS = (((2, 8), (2, 4)), ((4, 8), (2, 8)), ((4, 16), (4, 8)))
-SHORT = 5  # points of test accuracy below serial's mean from which a run that did not collapse fell short of it
 SIMILAR = 0.25  # Q11: the two allreduces' messages alone cost about the same when they differ by a quarter of the gap
 TIE = 0.03  # two times within 3 % of each other are called as fast: the same run varies more than that
 BUSY = 0.85  # a run kept the cores busy when its ranks' CPU time came to 85 % of cores × its time or more
 BEYOND = "many-workers"  # the label of the async runs with main.py's departures, beyond the assignment
-SMALLER_STEP = "lr-workers"  # the label's end of the async runs whose step is divided by the workers (Q9's test)
 
 
 def is_course(entry):

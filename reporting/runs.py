@@ -26,8 +26,7 @@ PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # "course" is main.py's defaults, the assignment's algorithm (whole layers per master, every gradient applied with
 # the full step, no staleness bound, a worker's chain of compute, push, pull): its runs carry no async option.
 # "many-workers" is the set of departures the report recommends beyond the assignment, behind main.py's one option.
-# "lr-workers" divides each update's step by the workers (question 9's test of the step size behind the collapse).
-ASYNC_VARIANTS = {"course": [], "many-workers": ["--many-workers"], "lr-workers": ["--lr-rule", "workers"]}
+ASYNC_VARIANTS = {"course": [], "many-workers": ["--many-workers"]}
 
 
 @dataclass
@@ -41,6 +40,7 @@ class Experiment:
     async_variant: str = ""
     rule: str = ""  # weak sync: "" is main.py's default large-batch rule (fewer steps), "mean" plain SGD, step
     # lr/P, with all of serial's steps (Gustafson's fixed work per rank)
+    lr_times: int = 0  # serial with its step this many times larger: question 9's control, no staleness
 
     @property
     def workers(self):
@@ -65,6 +65,8 @@ def experiment_matrix(options):
     """Every configuration, in order: serial, sync over the ring (strong; weak under the rule and with plain SGD),
     async in each variant, allreduce_test."""
     matrix = [Experiment("serial", "serial", 1)]
+    matrix += [Experiment(f"serial lr x{w}", "serial", 1, lr_times=w)
+               for w in sorted({p - m for m, p in options.async_runs if p - m > 1})]
     for scaling, rule in (("strong", ""), ("weak", ""), ("weak", "mean")):
         matrix += [sync_experiment(scaling, p, rule) for p in options.processes]
     for variant in options.async_variants:
@@ -94,7 +96,8 @@ def main_command(experiment, options, seed, record, extra=()):
     """The command line of one main.py run writing its --json `record`."""
     arguments = [*experiment_options(options, seed), "--json", record, *extra]
     if experiment.mode == "serial":
-        return [sys.executable, "main.py", "serial", *arguments]
+        larger = ["--lr", f"{main.parse_args(['serial']).lr * experiment.lr_times:g}"] if experiment.lr_times else []
+        return [sys.executable, "main.py", "serial", *arguments, *larger]
     if experiment.mode == "sync":  # weak: the gradients explicitly, main.py's weak default is auto
         mode = ["sync"] + (["--scaling", "weak", "--exchange", "gradients"] if experiment.scaling == "weak" else [])
         mode += ["--weak-steps", "all", "--large-batch", "mean"] if experiment.rule == "mean" else []
@@ -188,15 +191,16 @@ def record_fields(experiment, record):
               "samples_per_epoch": settings["batches"] * settings["batch_size"],
               **{key: record.get(key) for key in ("top_class_share", "cpu_time_per_rank", "core_wait_per_rank",
                                                           "core_turns_per_rank")}}
-    if experiment.mode == "sync" and "steps" in stats:
+    if experiment.mode in ("serial", "sync") and "steps" in stats:
         per_step = settings["batch_size"] * (experiment.processes if experiment.scaling == "weak" else 1)
         fields.update({key: stats.get(key) for key in ("steps", "compute_time", "compute_cpu_time", "communication_time",
+                                                       "communication_cpu_time",
                                                        "evaluation_time", "elements_sent_per_step", "step_size")})
         fields["samples_per_epoch"] = stats["steps"] // max(settings["epochs"], 1) * per_step
     if experiment.mode == "async":
         fields.update(async_fields(stats))
         fields.update({key: stats.get(key) for key in SPLIT_FIELDS + ("train_time", "batches_per_worker")})
-    if experiment.mode == "sync":
+    if experiment.mode in ("serial", "sync"):
         fields.update(large_batch=stats.get("large_batch"), update_time=stats.get("update_time"))
     return fields
 
@@ -212,7 +216,8 @@ def async_fields(stats):
     mean = lambda values: statistics.fmean(values) if values else None  # noqa: E731
     idle, train_time = stats.get("master_idle_time") or [], stats.get("train_time")
     fields = {key: stats.get(key) for key in ("staleness_mean", "staleness_p90", "staleness_max",
-                                              "compensation", "max_staleness", "pipeline")}
+                                              "compensation", "max_staleness", "pipeline", "worker_compute_cpu_time",
+                                              "worker_wait_cpu_time", "master_idle_cpu_time")}
     updates = mean(stats.get("updates_per_master") or [])
     return dict(fields, steps=updates and round(updates),
                 master_idle_fraction=mean(idle) / train_time if idle and train_time else None,

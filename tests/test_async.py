@@ -210,3 +210,19 @@ def test_pipeline_with_max_staleness_zero_is_refused(data):
     result = run_mpi(2, "main.py", "async", "1", "--max-staleness", "0", "--pipeline", "1",
                      "--data-dir", data, timeout=60)
     assert result.returncode != 0 and "pipeline 0" in result.stderr, result.stderr
+
+
+def test_workers_and_masters_record_the_cpu_their_waits_cost(tmp_path, data):
+    """Q6's causes are clocks, not residuals: CPU time inside each wait and in each gradient, per rank."""
+    record = tmp_path / "run.json"
+    result = run_mpi(3, "main.py", "async", "1", "--epochs", "1", "--batches", "12", "--layers", "784,16,10",
+                     "--seed", "2", "--data-dir", data, "--json", record)
+    assert result.returncode == 0, result.stderr
+    run = json.loads(record.read_text())
+    stats, cpu = run["statistics"], run["cpu_time_per_rank"]
+    assert len(stats["worker_wait_cpu_time"]) == len(stats["worker_compute_cpu_time"]) == 2
+    assert len(stats["master_idle_cpu_time"]) == 1
+    for rank, (compute, wait) in enumerate(zip(stats["worker_compute_cpu_time"], stats["worker_wait_cpu_time"]), 1):
+        assert compute > 0 and wait >= 0 and compute + wait <= cpu[rank]
+    for wall, spent in zip(stats["master_idle_time"], stats["master_idle_cpu_time"]):
+        assert 0 <= spent <= cpu[0] and spent <= wall + 0.01  # a thread's CPU never outruns the wall clock

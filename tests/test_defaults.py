@@ -152,3 +152,12 @@ def test_weak_scaling_keeps_serials_steps_only_when_asked(tmp_path, data, weak_s
                        "--seed", "3", "--data-dir", data)
     assert record["statistics"]["steps"] == steps and record["statistics"]["step_size"] == pytest.approx(0.1 / 2)
     assert record["settings"]["weak_steps"] == weak_steps
+
+
+def test_serial_records_each_steps_wall_and_cpu_time(tmp_path):
+    """Q3 sets serial's own in-run step beside the distributed runs': the same clocks, summed over the steps."""
+    record = record_of(tmp_path, 1, "serial", "--epochs", "1", "--batches", "30")
+    stats = record["statistics"]
+    assert stats["steps"] == 30
+    assert 0 < stats["compute_cpu_time"] <= stats["compute_time"] * 1.05 + 0.005
+    assert stats["compute_time"] < record["time"]

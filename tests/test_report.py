@@ -45,12 +45,12 @@ def test_quick_run_writes_csvs_plots_and_every_answer(tmp_path):
     out = tmp_path / "out"
     result = run_python("report.py", "--quick", "--out", out, "--data-dir", data, timeout=QUICK_TIMEOUT)
     assert result.returncode == 0, result.stderr
-    total = 1 + 1 + 1 + 6 + 9 + 2 + 4  # micro-benchmarks, the P = 2 breakdown, serial, sync, async (the
-    # course's, many-workers, lr-workers), allreduce_test, traces
+    total = 1 + 1 + 2 + 6 + 6 + 2 + 4  # micro-benchmarks, the P = 2 breakdown, serial (and its step times 2, Q9's
+    # control), sync, async (the course's, many-workers), allreduce_test, traces
     assert re.search(rf"\[#+\] {total}/{total}", result.stderr), result.stderr  # the progress bar ended
     with open(out / "runs.csv", newline="") as f:
         runs = list(csv.DictReader(f))
-    assert [r["mode"] for r in runs] == (["serial"] + ["sync"] * 6 + ["async"] * 9
+    assert [r["mode"] for r in runs] == (["serial"] * 2 + ["sync"] * 6 + ["async"] * 6
                                          + ["allreduce_test"] * 2)
     for row in runs:
         assert float(row["others_cores"]) >= 0 and row["quiet"] in ("True", "False"), row  # the gate measured
