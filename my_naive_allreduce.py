@@ -179,16 +179,18 @@ def allreduce(send, recv, comm, op):
         store(result, recv)
         return
     count = source.size
-    received = scratch("naive", (size - 1) * count, source.dtype).reshape(size - 1, count)
+    # The lowest other rank's array lands in the result itself, so that every reduction writes
+    # into one of its two inputs (two arrays streamed, as the ring's, not three).
+    received = [result] + list(scratch("naive", (size - 2) * count, source.dtype).reshape(size - 2, count))
     others = [r for r in range(size) if r != rank]
     requests = [comm.Irecv(row, source=r, tag=NAIVE_TAG) for r, row in zip(others, received)]
     requests += [comm.Isend(source, dest=r, tag=NAIVE_TAG) for r in others]
     bytes_sent += len(others) * source.nbytes
     waiter_for(comm).all(requests, ("allreduce", 0, None))
     # Rank order, the same expression everywhere: ((x0 op x1) op x2) ...
-    rows = list(received)
+    rows = received
     rows.insert(rank, source)
-    reduce(rows[0], rows[1], out=result)
+    reduce(rows[0], rows[1], out=result)  # result is rows[0] or rows[1]: elementwise, in place
     for row in rows[2:]:
         reduce(result, row, out=result)
     store(result, recv)

@@ -154,6 +154,7 @@ def model(r, f):
     alone = [(x["rows"], x["seconds"]) for x in r.compute_rows if x["kind"] == "step"]
     fit = statistics.linear_regression(*zip(*alone))
     step = fit.intercept + fit.slope * r.model.batch
+    f["step_alone_rows"] = [x for x in r.compute_rows if x["kind"] == "step" and x["rows"] in (1, 2, 4, 8, 16)]
     f["amdahl"] = dict(fixed=fit.intercept, per_row=fit.slope, share=fit.intercept / step, bound=step / fit.intercept,
                        update_step=per_step(r.serial, "update_time"))
 
@@ -227,7 +228,9 @@ def collapse(r, f):
     pairs = [(e["collapsed_runs"], c["collapsed_runs"]) for e, c in control if c]
     f["larger_step"] = dict(workers=sorted({e["workers"] for e, c in control if c}),
                             agree=all(abs(a - b) <= 1 for a, b in pairs) if pairs and None not in sum(pairs, ()) else None,
-                            differ=sorted({e["workers"] for e, c in control if c and abs(e["collapsed_runs"] - c["collapsed_runs"]) > 1}))
+                            differ=sorted({e["workers"] for e, c in control if c and abs(e["collapsed_runs"] - c["collapsed_runs"]) > 1}),
+                            stale_costs=sorted({e["workers"] for e, c in control if c and c["collapsed_runs"] == 0
+                                                and e["mean_accuracy"] < c["mean_accuracy"] - SHORT}))
 
 
 def tradeoff(r, f):
@@ -239,13 +242,17 @@ def tradeoff(r, f):
     p, (sync_entry, *asyncs) = rows[0]
     async_entry = next(e for e in asyncs if e)
     f["tradeoff_exchange"] = per_step(r.get("sync ring strong", p), "communication_time")
-    two = dict(sync=r.get("sync ring strong", 2), asynchronous=r.get("async 1m", 2))
-    f["tradeoff_p2"] = dict(two, faster=two["asynchronous"]["time"] < two["sync"]["time"]) if all(two.values()) else None
-    f.update(tradeoff_rows=rows, tradeoff=dict(
-        p=p, sync=sync_entry, asynchronous=async_entry, faster=async_entry["time"] < sync_entry["time"],
-        more_accurate=async_entry["mean_accuracy"] > sync_entry["mean_accuracy"],
-        accuracy_gap=abs(async_entry["mean_accuracy"] - sync_entry["mean_accuracy"]),  # overlap: the seeds' ranges
-        overlap=overlap(async_entry["run_accuracies"], sync_entry["run_accuracies"])))
+    two = (r.get("sync ring strong", 2), r.get("async 1m", 2))  # a core per rank: sync against 1 master, 1 worker
+    f.update(tradeoff_rows=rows, tradeoff=dict(versus(sync_entry, async_entry), p=p),
+             tradeoff_p2=versus(*two) if all(two) else None)
+
+
+def versus(sync_entry, async_entry):
+    """Sync against async: which was faster, the gap in mean accuracy, whether the seeds' ranges overlap."""
+    return dict(sync=sync_entry, asynchronous=async_entry, faster=async_entry["time"] < sync_entry["time"],
+                more_accurate=async_entry["mean_accuracy"] > sync_entry["mean_accuracy"],
+                accuracy_gap=abs(async_entry["mean_accuracy"] - sync_entry["mean_accuracy"]),
+                overlap=overlap(async_entry["run_accuracies"], sync_entry["run_accuracies"]))
 
 
 def overlap(a, b):
@@ -272,6 +279,7 @@ def allreduce(r, f):
     f.update(fits=r.fits, gamma=r.gamma, gap=dict(n=largest, naive=two["naive_s"], ring=two["ring_s"], gap=gap, reduced=reduced,
                                      share=reduced / gap if gap > 0 else None))
     f["parts"] = taken_apart(r.info.get("breakdown") or {})
+    f["mpi_slower"] = [x["processes"] for x in rows if x["size"] == largest and x["mpi_s"] > (1 + TIE) * x["ring_s"]]
 
 
 def taken_apart(breakdown):
@@ -354,6 +362,7 @@ COURSE_ASYNC = ((2, 4), (2, 8), (4, 8), (4, 16))  # its asynchronous runs, (mast
 # Question 6's comparisons, (masters, processes) against (masters, processes): one setting changed at a time
 COURSE_PAIRS = (((2, 8), (2, 4)), ((4, 8), (2, 8)), ((4, 16), (4, 8)))
 SIMILAR = 0.25  # Q11: the two allreduces' messages alone cost about the same when they differ by a quarter of the gap
+SHORT = 5  # Q9: points of accuracy below serial's with lr × W from which staleness cost accuracy beyond the step
 TIE = 0.03  # two times within 3 % of each other are called as fast: the same run varies more than that
 BUSY = 0.85  # a run kept the cores busy when its ranks' CPU time came to 85 % of cores × its time or more
 BEYOND = "many-workers"  # the label of the async runs with main.py's departures, beyond the assignment
