@@ -56,7 +56,8 @@ class Results:
         self.out = out
         self.runs = read_csv(os.path.join(out, "runs.csv"))
         self.allreduce_runs = allreduce_test_runs(self.runs)
-        self.allreduce = representative_rows(read_csv(os.path.join(out, "allreduce.csv")), self.allreduce_runs)
+        self.allreduce_all = read_csv(os.path.join(out, "allreduce.csv"))  # every run's rows
+        self.allreduce = representative_rows(self.allreduce_all, self.allreduce_runs)
         self.compute_rows = median_rows(read_csv(os.path.join(out, "compute.csv")), ("kind", "rows"))
         with open(os.path.join(out, "run_info.json")) as f:
             self.info = json.load(f)

@@ -79,8 +79,9 @@ def test_report_stops_naming_the_page_count_when_the_pdf_cannot_fit(tmp_path):
                           "20.8 ms more per step, 1.25 s over the 60 steps. Each rank validated half the images, which "
                           "saved 0.05 s (a pass over the 10,000: 50 ms). Serial's 2.00 s with these two gives 3.20 s; "
                           "the run took 2.50 s."),
-    (dict(sync_time=2.5), "A step timed alone on 1 to 16 rows fits a + b·rows with a = 0.2 ms and b = 0.01 ms per row: "
-                          "56 % of a 16-row step does not shrink with its rows."),
+    (dict(sync_time=2.5), "A step timed alone on 1 to 16 rows (0.21 ms, 0.22 ms, 0.24 ms, 0.28 ms, 0.36 ms on 1, 2, 4, 8, 16 "
+                          "rows) fits a + b·rows with a = 0.2 ms and b = 0.01 ms per row: 56 % of a 16-row step does not "
+                          "shrink with its rows."),
     (dict(sync_time=2.5, weak_time=1.0), "2 times serial's samples took 1.00 s against serial's 2.00 s: 4.00×, ahead of "
                                          "strong scaling's 0.80×"),
     (dict(sync_time=2.5, weak_time=6.0), "2 times serial's samples took 6.00 s against serial's 2.00 s: 0.67×, not "
