@@ -3,7 +3,7 @@
 An allreduce of n elements over p processes takes t = a(p)·alpha + b(p)·n·beta + c(p)·n·gamma (Thakur, Rabenseifner
 and Gropp 2005): alpha per message round, beta per element sent, gamma per element reduced. gamma is timed here as the
 op itself (measure_compute: numpy's add of two float64 arrays); alpha and beta are fitted to allreduce_test.py's times
-less the reduction. A training step on r rows (warm, and with cold caches) and a validation pass are timed here too,
+less the reduction. A training step on r rows and a validation pass are timed here too,
 in this process alone with one BLAS thread; REPORT.md's model of a run adds them up (docs/model.md).
 """
 __all__ = ["measure_compute", "fit_exchange", "exchange_time", "CostModel", "FORMS",
@@ -11,32 +11,17 @@ __all__ = ["measure_compute", "fit_exchange", "exchange_time", "CostModel", "FOR
 
 import math
 import statistics
-import time
 import timeit
 
 import numpy as np
 
 COMPUTE_ROWS = list(range(1, 17))  # the rows of a rank's share of a mini-batch of 16
-COLD_ROWS = (1, 2, 4, 8, 16)  # a step timed after other data filled the caches, at these rows
-COLD_FILLER = 64 << 20  # bytes written before each such step: more than this machine's caches
 # Per process, (message rounds a, elements sent b, elements reduced c) of an allreduce of n elements: the naive one
 # posts its p - 1 sends at once, but they leave through one link one after another; MPI: MPICH's reduce-scatter by
 # recursive halving then allgather by recursive doubling (Rabenseifner's), its algorithm for large arrays.
 FORMS = {"ring": lambda p: (2 * (p - 1), 2 * (p - 1) / p, (p - 1) / p),
          "naive": lambda p: (p - 1, p - 1, p - 1),
          "mpi": lambda p: (2 * math.ceil(math.log2(p)), 2 * (p - 1) / p, (p - 1) / p)}
-
-
-def cold_seconds(call, repeats, filler):
-    """Median wall time of `call()`, each call right after writing `filler` (larger than the caches): a step that
-    finds its data evicted, as a rank's turn on a shared core may after other ranks' turns."""
-    times = []
-    for _ in range(repeats):
-        filler += 1.0
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def median_seconds(call, repeats, warmup=10):
@@ -46,9 +31,8 @@ def median_seconds(call, repeats, warmup=10):
 
 
 def measure_compute(layers, repeats, validation_rows, reduce_size):
-    """-> compute.csv rows: a training step (forward, backward, update) per row count, warm and after other data
-    filled the caches (COLD_ROWS), one validation pass of `validation_rows` images, and the op of allreduce_test.py's
-    sum on `reduce_size` float64 elements."""
+    """-> compute.csv rows: a training step (forward, backward, update) per row count, one validation pass of
+    `validation_rows` images, and the op of allreduce_test.py's sum on `reduce_size` float64 elements."""
     from network import NeuralNetwork
     rng = np.random.default_rng(0)
     network = NeuralNetwork(layers, 1e-9, seed=0)  # a tiny step keeps the parameters, hence the work, put
@@ -58,12 +42,6 @@ def measure_compute(layers, repeats, validation_rows, reduce_size):
         y = np.eye(layers[-1])[rng.integers(0, layers[-1], count)]
         measured.append({"kind": "step", "rows": count,
                          "seconds": median_seconds(lambda: network.update_mini_batch(x, y), repeats)})
-    filler = np.zeros(COLD_FILLER // 8)
-    for count in COLD_ROWS:
-        x = rng.integers(0, 256, (count, layers[0]), dtype=np.uint8)
-        y = np.eye(layers[-1])[rng.integers(0, layers[-1], count)]
-        measured.append({"kind": "step_cold", "rows": count, "seconds": cold_seconds(
-            lambda: network.update_mini_batch(x, y), min(repeats, 50), filler)})
     images = rng.integers(0, 256, (validation_rows, layers[0]), dtype=np.uint8)
     seconds = median_seconds(lambda: network.predict(images), max(3, repeats // 40), warmup=1)
     measured.append({"kind": "evaluate", "rows": validation_rows, "seconds": seconds})

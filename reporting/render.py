@@ -130,7 +130,6 @@ def model(r, f):
         m, cpu = r.model.run(e), e.get("cpu_time_per_rank")
         rows.append(dict(e=e, m=m, compute=per_step(e, "compute_time"), exchange=per_step(e, "communication_time"),
                          compute_cpu=per_step(e, "compute_cpu_time"), exchange_cpu=per_step(e, "communication_cpu_time"),
-                         core_wait=mean(e.get("core_wait_per_rank") or []), cpu=cpu and mean(cpu) / m["steps"],
                          busy_cores=cpu and sum(cpu) / e["time"]))
     f["model_rows"] = rows  # the table, even where a comparison below cannot be made
     serial, p2 = rows[0], next(c for c in rows if c["e"]["processes"] == 2)
@@ -175,11 +174,8 @@ def causes(r, e):
                 wait_cpu=sum(map(sum, waits)) / batches if None not in waits else None,
                 gradient_cpu=e.get("worker_compute_cpu_time") and sum(e["worker_compute_cpu_time"]) / batches,
                 batch_cpu=cpu and sum(cpu) / batches, masters_cpu=cpu and sum(cpu[:masters]) / batches,
-                workers_cpu=cpu and sum(cpu[masters:]) / batches, masters_cores=cpu and sum(cpu[:masters]) / e["time"],
                 batch_turns=sum(turns) / batches if turns and None not in turns else None,
-                busy=e.get("master_busy_fraction") and max(e["master_busy_fraction"]),
-                serving=sum(1 for size in e.get("shard_sizes") or [] if size),
-                share=e.get("shard_sizes") and max(e["shard_sizes"]) / r.model.parameters)
+                busy=e.get("master_busy_fraction") and max(e["master_busy_fraction"]), share=e.get("shard_sizes") and max(e["shard_sizes"]) / r.model.parameters)
 
 
 def asynchronous(r, f):
@@ -196,9 +192,7 @@ def asynchronous(r, f):
     f["busy_cores_range"] = spread(e["busy_cores"] for e in asked)
     f["busiest_share"] = sorted({(e["masters"], e["share"]) for e in asked if e["share"]})
     f["masters_idle"] = f["busy_range"] and f["busy_range"][1] < 0.5
-    f.update(step_alone=r.model.compute(r.model.batch), masters_cores=spread(e["masters_cores"] for e in asked),
-             gradient_range=spread(e["gradient_cpu"] for e in asked),
-             wait_share=spread(e["wait_cpu"] / e["batch_cpu"] for e in asked if e["wait_cpu"] and e["batch_cpu"]))
+    f.update(gradient_range=spread(e["gradient_cpu"] for e in asked), wait_share=spread(e["wait_cpu"] / e["batch_cpu"] for e in asked if e["wait_cpu"] and e["batch_cpu"]))
     known = [x for x in f["async_pairs"] if None not in (x["a"]["wait_cpu"], x["b"]["wait_cpu"])]
     f["wait_follows_time"] = all((x["a"]["wait_cpu"] > x["b"]["wait_cpu"]) == (x["a"]["time"] > x["b"]["time"])
                                  for x in known) if known else None
@@ -219,7 +213,7 @@ def collapse(r, f):
                          and a["run_accuracies"] and b["run_accuracies"]]
     f.update(course_all=course, course_from=start, course_below=course_below, beyond_all=beyond,
         beyond_lowest=min((a for e in beyond for a in e["run_accuracies"]), default=None),
-        beyond_runs=sum(e["ok_runs"] for e in beyond), beyond_collapsed=None if None in counts else sum(counts),
+        beyond_collapsed=None if None in counts else sum(counts),
         staleness_bound=beyond[0].get("max_staleness") if beyond else None,
         compensation=beyond[0].get("compensation") if beyond else None)
     control = [(e, r.get(f"serial lr x{e['workers']}", 1)) for e in course if e["workers"] > 1]
@@ -241,7 +235,6 @@ def tradeoff(r, f):
     rows = [(p, cells) for p, cells in rows if cells[0] and any(cells[1:])]
     p, (sync_entry, *asyncs) = rows[0]
     async_entry = next(e for e in asyncs if e)
-    f["tradeoff_exchange"] = per_step(r.get("sync ring strong", p), "communication_time")
     two = (r.get("sync ring strong", 2), r.get("async 1m", 2))  # a core per rank: sync against 1 master, 1 worker
     f.update(tradeoff_rows=rows, tradeoff=dict(versus(sync_entry, async_entry), p=p),
              tradeoff_p2=versus(*two) if all(two) else None)
@@ -279,8 +272,10 @@ def allreduce(r, f):
     ring = {name: r.fits["ring"] for name in ("naive", "ring")} if "ring" in r.fits else None  # one set of constants
     runs = [x["naive_s"] - x["ring_s"] for x in r.allreduce_all if x["processes"] == 2 and x["size"] == largest]
     f.update(fits=r.fits, gamma=r.gamma, gap=dict(n=largest, naive=two["naive_s"], ring=two["ring_s"], gap=gap, reduced=reduced,
-                                     share=reduced / gap if gap > 0 else None, runs=spread(runs), model=ring and (
-        exchange_time(ring, "naive", 2, largest) - exchange_time(ring, "ring", 2, largest))))
+                                     share=reduced / gap if gap > 0 else None, runs=spread(runs)))
+    if ring:  # the ring's constants for both: naive's extra n/2 reduced at γ, one round fewer
+        f["gap"]["model"] = exchange_time(ring, "naive", 2, largest) - exchange_time(ring, "ring", 2, largest)
+        f["gap"]["behind"] = f["gap"]["model"] > 0
     f["parts"] = taken_apart(r.info.get("breakdown") or {})
     f["mpi_slower"] = [x["processes"] for x in rows if x["size"] == largest and x["mpi_s"] > (1 + TIE) * x["ring_s"]]
 

@@ -65,7 +65,7 @@ def test_quick_run_writes_csvs_plots_and_every_answer(tmp_path):
             assert all(t >= (1 if int(row["processes"]) > os.cpu_count() else 0) for t in turns), row
     with open(out / "compute.csv", newline="") as f:
         kinds = {row["kind"] for row in csv.DictReader(f)}
-    assert kinds == {"step", "step_cold", "evaluate", "reduce"}
+    assert kinds == {"step", "evaluate", "reduce"}
     info = json.loads((out / "run_info.json").read_text())
     assert set(info["traces"]) == {"serial", "sync_P2", "sync_P4", "async_2m_P4"}
     parts = {row["part"]: row["seconds"] for row in info["breakdown"]["rows"]}
@@ -89,7 +89,7 @@ def test_quick_run_writes_csvs_plots_and_every_answer(tmp_path):
                     "$ mpiexec -n 4 python3 main.py async 2 --epochs 2 --",
                     "$ mpiexec -n 4 python3 allreduce_test.py --sizes"):
         assert command.replace(" ", "") in pdf.replace(" ", ""), command  # a long command wraps in its console
-    assert "Busy machine:" in pdf or "Quiet:" in pdf  # --quick renders runs that started busy, and says so
+    assert "Busy machine:" in pdf or "Quiet machine:" in pdf  # --quick renders runs that started busy, and says so
     section6 = pdf[pdf.index("6. The asynchronous runs compared"):pdf.index("7. Why the parameter server")]
     assert "--many-workers" not in section6 and "--shard" not in section6  # the consoles carry no async option
     beyond = [r for r in runs if r["async_variant"] == "many-workers"]
