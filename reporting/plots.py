@@ -76,10 +76,10 @@ def plot_series(results, path, x, y, serial_label, only=None, bands=((None, None
             ax.plot([e[x] for e in series], values, label=NAMES.get(label, label), zorder=3, **style)
             if y == "mean_accuracy":  # every seed too, hollow, at the true x: one seed's collapse shows as such
                 ax.scatter([e[x] for e in series for _ in e["run_accuracies"]],
-                           [a for e in series for a in e["run_accuracies"]], s=16, marker=style["marker"],
+                           [a for e in series for a in e["run_accuracies"]], s=36, marker=style["marker"],
                            facecolors="none", edgecolors=style["color"], linewidths=0.7, zorder=2)
         if results.serial:  # thin and dashed, over the series: visible where a series lies on serial's value
-            ax.axhline(results.serial[y], color="k", linewidth=0.8, linestyle=(0, (4, 3)), zorder=4,
+            ax.axhline(results.serial[y], color="k", linewidth=1.2, linestyle=(0, (3, 3)), zorder=4,
                        label=serial_label.format(results.serial[y]))
         log2_axis(ax, [e[x] for l in labels for e in results.series(l)])
         ax.set(**{key: value for key, value in axes.items() if key not in ("xlabel", "ylabel")})

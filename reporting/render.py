@@ -41,8 +41,8 @@ def starred(cores):
 
 
 def choose(condition, yes, no):
-    """The phrase a comparison of figures calls for; a dash when the comparison could not be made."""
-    return "–" if condition is None or isinstance(condition, jinja2.Undefined) else yes if condition else no
+    """The phrase a comparison of figures calls for (its apostrophes typographic); a dash when it could not be made."""
+    return "–" if condition is None or isinstance(condition, jinja2.Undefined) else (yes if condition else no).replace("'", "’")
 
 
 FILTERS = {"sec": number("{:.2f} s"), "ms": number("{:.3g} ms", 1e3), "pct": number("{:.2f} %"),
@@ -127,10 +127,11 @@ def model(r, f):
     P = 2's time accounted from serial's, and Amdahl's serial part: a step alone fitted to a + b·rows."""
     rows = []
     for e in [r.serial] + r.series("sync ring strong"):
-        m, cpu = r.model.run(e), e.get("cpu_time_per_rank")
+        m, cpu, turns = r.model.run(e), e.get("cpu_time_per_rank"), e.get("core_turns_per_rank")
         rows.append(dict(e=e, m=m, compute=per_step(e, "compute_time"), exchange=per_step(e, "communication_time"),
                          compute_cpu=per_step(e, "compute_cpu_time"), exchange_cpu=per_step(e, "communication_cpu_time"),
-                         busy_cores=cpu and sum(cpu) / e["time"]))
+                         busy_cores=cpu and sum(cpu) / e["time"],  # turns: times a rank was put on a core
+                         turns=mean(turns) / m["steps"] if turns and None not in turns else None))
     f["model_rows"] = rows  # the table, even where a comparison below cannot be made
     serial, p2 = rows[0], next(c for c in rows if c["e"]["processes"] == 2)
     crowded = [c for c in rows if c["e"]["processes"] > r.cores]
@@ -150,10 +151,9 @@ def model(r, f):
     f["slower_with_p"] = all(a < b for a, b in zip(times[1:], times[2:])) and times[-1] > r.serial["time"]
     clocked = [c for c in crowded if None not in (c["exchange_cpu"], c["compute_cpu"])]
     f["exchange_cpu_most"] = all(c["exchange_cpu"] > c["compute_cpu"] for c in clocked) if clocked else None
-    alone = [(x["rows"], x["seconds"]) for x in r.compute_rows if x["kind"] == "step"]
-    fit = statistics.linear_regression(*zip(*alone))
+    f["step_alone_rows"] = alone = [x for x in r.compute_rows if x["kind"] == "step" and x["rows"] in (1, 2, 4, 8, 16)]
+    fit = statistics.linear_regression([x["rows"] for x in alone], [x["seconds"] for x in alone])  # the rows shown
     step = fit.intercept + fit.slope * r.model.batch
-    f["step_alone_rows"] = [x for x in r.compute_rows if x["kind"] == "step" and x["rows"] in (1, 2, 4, 8, 16)]
     f["amdahl"] = dict(fixed=fit.intercept, per_row=fit.slope, share=fit.intercept / step, bound=step / fit.intercept,
                        update_step=per_step(r.serial, "update_time"))
 
@@ -225,6 +225,8 @@ def collapse(r, f):
                             differ=sorted({e["workers"] for e, c in control if c and abs(e["collapsed_runs"] - c["collapsed_runs"]) > 1}),
                             stale_costs=sorted({e["workers"] for e, c in control if c and c["collapsed_runs"] == 0
                                                 and e["mean_accuracy"] < c["mean_accuracy"] - SHORT}))
+    f["larger_step"]["shortfall"] = spread(c["mean_accuracy"] - e["mean_accuracy"] for e, c in control
+                                           if c and e["workers"] in f["larger_step"]["stale_costs"])
 
 
 def tradeoff(r, f):
@@ -275,7 +277,9 @@ def allreduce(r, f):
                                      share=reduced / gap if gap > 0 else None, runs=spread(runs)))
     if ring:  # the ring's constants for both: naive's extra n/2 reduced at γ, one round fewer
         f["gap"]["model"] = exchange_time(ring, "naive", 2, largest) - exchange_time(ring, "ring", 2, largest)
-        f["gap"]["behind"] = f["gap"]["model"] > 0
+        f["gap"].update(behind=f["gap"]["model"] > 0, naive_model=exchange_time(ring, "naive", 2, largest))
+        f["gap"]["naive_miss"] = abs(error(f["gap"]["naive_model"], two["naive_s"]))
+    f["gap"]["below_reduction"] = bool(runs) and max(runs) <= reduced
     f["parts"] = taken_apart(r.info.get("breakdown") or {})
     f["mpi_slower"] = [x["processes"] for x in rows if x["size"] == largest and x["mpi_s"] > (1 + TIE) * x["ring_s"]]
 

@@ -135,6 +135,7 @@ def aggregate(runs):
         epochs = entry.get("epoch_accuracy")  # '84.9;90.1' or a number
         entry.update(runs=len(rows), ok_runs=len(ok), seed_runs=ok, run_accuracies=[r["test_accuracy"] for r in ok],
                      run_shares=shares, mean_time=mean(r["time"] for r in ok),
+                     time_range=(min(r["time"] for r in ok), max(r["time"] for r in ok)) if ok else None,
                      mean_accuracy=mean(r["test_accuracy"] for r in ok),
                      collapsed=collapsed(entry.get("top_class_share")),
                      collapsed_runs=None if None in shares else sum(map(collapsed, shares)),
