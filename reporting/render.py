@@ -271,15 +271,14 @@ def allreduce(r, f):
     two = next(x for x in rows if x["processes"] == 2 and x["size"] == largest)
     reduced = (FORMS["naive"](2)[2] - FORMS["ring"](2)[2]) * largest * r.gamma  # what naive reduces beyond the ring
     gap = two["naive_s"] - two["ring_s"]
-    ring = {name: r.fits["ring"] for name in ("naive", "ring")} if "ring" in r.fits else None  # one set of constants
     runs = [x["naive_s"] - x["ring_s"] for x in r.allreduce_all if x["processes"] == 2 and x["size"] == largest]
     f.update(fits=r.fits, gamma=r.gamma, gap=dict(n=largest, naive=two["naive_s"], ring=two["ring_s"], gap=gap, reduced=reduced,
                                      share=reduced / gap if gap > 0 else None, runs=spread(runs)))
-    if ring:  # the ring's constants for both: naive's extra n/2 reduced at γ, one round fewer
-        f["gap"]["model"] = exchange_time(ring, "naive", 2, largest) - exchange_time(ring, "ring", 2, largest)
-        f["gap"].update(behind=f["gap"]["model"] > 0, naive_model=exchange_time(ring, "naive", 2, largest))
-        f["gap"]["naive_miss"] = abs(error(f["gap"]["naive_model"], two["naive_s"]))
-    f["gap"]["below_reduction"] = bool(runs) and max(runs) <= reduced
+    f["naive_fit_miss"] = median_error(error(exchange_time(r.fits, "naive", 2, x["size"]), x["naive_s"])
+                                       for x in rows if x["processes"] == 2) if "naive" in r.fits else None
+    if {"naive", "ring"} <= set(r.fits):  # each algorithm's own α and β: the reduction, and the messages' shape
+        model = exchange_time(r.fits, "naive", 2, largest) - exchange_time(r.fits, "ring", 2, largest)
+        f["gap"].update(model=model, behind=model > 0, messages=model - reduced, messages_save=model < reduced)
     f["parts"] = taken_apart(r.info.get("breakdown") or {})
     f["mpi_slower"] = [x["processes"] for x in rows if x["size"] == largest and x["mpi_s"] > (1 + TIE) * x["ring_s"]]
 
