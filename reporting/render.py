@@ -136,7 +136,8 @@ def model(r, f):
     serial, p2 = rows[0], next(c for c in rows if c["e"]["processes"] == 2)
     crowded = [c for c in rows if c["e"]["processes"] > r.cores]
     saved = r.model.compute(r.model.batch) - p2["m"]["compute"]
-    f.update(p2=p2, saved_compute=abs(saved), split_saves=saved > 0, ring=r.fits.get("ring"),
+    f.update(p2=p2, p2_diff=p2["e"]["time"] / r.serial["time"] - 1, p2_slower=p2["e"]["time"] > r.serial["time"],
+             saved_compute=abs(saved), split_saves=saved > 0, ring=r.fits.get("ring"),
              exchange_costs_more=p2["m"]["exchange"] > saved, p2_speed=speed(p2["e"]["time"], r.serial["time"]),
              t_eval=r.model.evaluation, validation_saved=r.model.evaluation and r.model.evaluation * p2["e"]["epochs"] / 2,
              crowded_last=crowded[-1] if crowded else None)
@@ -185,7 +186,8 @@ def asynchronous(r, f):
     pick = lambda m, p: next((e for e in asked if (e["masters"], e["processes"]) == (m, p)), None)  # noqa: E731
     pairs = [(pick(*a), pick(*b)) for a, b in COURSE_PAIRS]
     f.update(async_course=course, async_asked=asked, weight_layers=len(r.model.layers) - 1,
-             async_pairs=[dict(a=a, b=b, speed=speed(a["time"], b["time"])) for a, b in pairs if a and b],
+             async_pairs=[dict(a=a, b=b, speed=speed(a["time"], b["time"]), overlap=overlap(
+                 *(x["time_range"] for x in (a, b)))) for a, b in pairs if a and b],
              busy_range=spread(e["busy"] for e in asked))
     f["async_busy"] = all(e["busy_cores"] >= BUSY * r.cores for e in asked) if all(e["busy_cores"] for e in asked) \
         else None
@@ -319,8 +321,8 @@ def consoles(r, f):
     for p in counts:
         check_timing_console(r.console("allreduce_test", p), [x for x in r.allreduce if x["processes"] == p])
     f.update(console_sync=quoted(strong), console_async=quoted(default), console_async_asked=quoted(asked),
-             console_sync_asked=quoted([pair for pair in strong if pair[1] == 1 or pair[1] in COURSE_SYNC]),
-             sync_asked=[p for _, p in strong if p in COURSE_SYNC and r.console("sync ring strong", p)],
+             console_sync_asked=quoted([pair for pair in strong if pair[1] in (1, 2) + COURSE_SYNC]),  # P = 2: a core each
+             sync_asked=[p for _, p in strong if p in (2,) + COURSE_SYNC and r.console("sync ring strong", p)],
              console_allreduce=quoted([("allreduce_test", p) for p in counts]))
 
 
