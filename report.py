@@ -171,7 +171,7 @@ def parse_args(argv=None):
     add("--quick", action="store_true", help="tiny settings (2 epochs of 30 mini-batches, P <= 4) into results/quick/")
     add("--processes", type=comma_list(positive, "positive integers"), help="sync process counts (default 2,4,8,16)")
     add("--async-runs", type=comma_list(masters_by_processes, "MxP with 1 <= M < P"), metavar="MxP,...",
-        help="masters x processes (default 1x2,2x4,2x8,4x8,4x16)")
+        help="masters x processes (default 1x2,2x4,2x6,2x8,4x8,4x12,4x16)")
     add("--allreduce-processes", type=comma_list(positive, "positive integers"),
         help="process counts for allreduce_test.py (default 2,4,8)")
     add("--skip-traces", action="store_true", help="run no traced epoch (REPORT.md's timelines)")

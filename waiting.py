@@ -11,7 +11,7 @@
             With more processes than cores the rank we wait for may need this very core: a
             spinning wait takes it from the rank that would send the message.
     auto    spin with a core per process, yield when the node holds more of the communicator's
-            ranks than the cores this process may use (the default).
+            ranks than the cores they may use together (the default).
 
 A Waiter belongs to one communicator: the network classes build one from their `wait` argument,
 and the allreduces and allgathers, whose signatures cannot carry it, find it with waiter_for(comm).
@@ -26,7 +26,7 @@ from mpi4py import MPI
 
 from tracing import NULL_TRACER
 
-__all__ = ["Waiter", "WAIT_POLICIES", "waiter_for", "oversubscribed"]
+__all__ = ["Waiter", "WAIT_POLICIES", "waiter_for", "oversubscribed", "node_cores"]
 
 WAIT_POLICIES = ("spin", "yield", "auto")
 YIELDING_TESTS = 1000  # tests, each followed by a yield of the core, before waiting turns to naps
@@ -35,14 +35,26 @@ _waiters = {}  # communicator handle -> its Waiter
 
 
 def oversubscribed(comm):
-    """Whether this node holds more of `comm`'s ranks than the cores this process may run on.
+    """Whether this node holds more of `comm`'s ranks than the cores they may run on, all together.
 
     Collective over `comm` (one Split_type), so call it where every rank of comm does.
     """
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     ranks_here = node.Get_size()
     node.Free()
-    return ranks_here > len(os.sched_getaffinity(0))
+    return ranks_here > len(node_cores())
+
+
+def node_cores():
+    """The cores this node's ranks may run on: this rank's and its launcher's (its parent process: Hydra's
+    proxy, Open MPI's prted, slurmstepd). A launcher that pins ranks (mpiexec -bind-to core, srun
+    --cpu-bind) leaves each one core of its own but keeps them all itself; asking it needs no message,
+    so the allreduces, which may send only point to point, can choose their wait."""
+    cores = os.sched_getaffinity(0)
+    try:
+        return cores | os.sched_getaffinity(os.getppid())
+    except OSError:  # no parent to ask (it ended, or lies outside this PID namespace)
+        return cores
 
 
 class Waiter:

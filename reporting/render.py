@@ -16,7 +16,11 @@ import statistics
 import jinja2
 import markupsafe
 import pypdf
-import typst
+
+try:
+    import typst
+except ImportError:  # a machine that only runs the experiments (bench/device_report.sh): hw3.pdf is typeset later
+    typst = None
 
 from reporting.model import FORMS, exchange_time
 from reporting.results import COLLAPSED_FROM, mean
@@ -116,8 +120,9 @@ def sync(r, f):
     f.update(serial_step=r.serial["time"] / (r.serial["epochs"] * r.serial["batches"]),
              serial_seeds=sorted(serial.items()), strong_same_seed=all(a == b for a, b in pairs) if pairs else None,
              ring_rows=[(p, at(strong, p), at(plain, p), at(rule, p)) for p in r.settings["processes"]],
-             strong_run=best_strong, best_weak=best_weak, gustafson=best_weak["speedup"] > best_strong["speedup"],
+             strong_run=best_strong, best_weak=best_weak, strong_at_weak=at(strong, best_weak["processes"]) or best_strong,
              weak_speedups=[e["speedup"] for e in plain], strong_faster=best_strong["time"] < r.serial["time"])
+    f["gustafson"] = best_weak["speedup"] > f["strong_at_weak"]["speedup"]  # at the same P
     f["weak_accuracy"] = low_high = spread(e.get("mean_accuracy") for e in plain)
     f["weak_kept"] = bool(low_high) and low_high[0] > r.serial["mean_accuracy"]
 
@@ -140,20 +145,24 @@ def model(r, f):
              saved_compute=abs(saved), split_saves=saved > 0, ring=r.fits.get("ring"),
              exchange_costs_more=p2["m"]["exchange"] > saved, p2_speed=speed(p2["e"]["time"], r.serial["time"]),
              t_eval=r.model.evaluation, validation_saved=r.model.evaluation and r.model.evaluation * p2["e"]["epochs"] / 2,
-             crowded_last=crowded[-1] if crowded else None)
+             crowded_last=crowded[-1] if crowded else None, p2_overlap=overlap(p2["e"]["time_range"], r.serial["time_range"]))
     if None not in (p2["compute"], p2["exchange"], serial["compute"]):  # serial's step timed in its run, P = 2's too
         more = p2["compute"] + p2["exchange"] - serial["compute"]
         f.update(p2_step_more=more, p2_run_more=p2["m"]["steps"] * more, p2_more=more > 0,
-                 p2_predicted=r.serial["time"] + p2["m"]["steps"] * more - f["validation_saved"],
                  p2_saved=serial["compute"] - p2["compute"], p2_split_saves=serial["compute"] > p2["compute"],
                  p2_exchange_more=p2["exchange"] > serial["compute"] - p2["compute"])
+    for c in rows[1:]:  # every run from serial's: its steps' compute and allreduce for serial's, less validation saved
+        c["predicted"] = None if None in (c["compute"], c["exchange"], serial["compute"], r.model.evaluation) else r.serial["time"] \
+            + c["m"]["steps"] * (c["compute"] + c["exchange"] - serial["compute"]) - r.model.evaluation * c["e"]["epochs"] * (1 - 1 / c["e"]["processes"])
+    f["account_miss"] = max((abs(error(c["predicted"], c["e"]["time"])) for c in rows[1:] if c["predicted"]), default=None)
+    f["exchange_more_all"] = all(c["exchange"] > serial["compute"] - c["compute"] for c in rows[1:] if c["predicted"])
     f["last_busy"] = bool(crowded) and crowded[-1]["busy_cores"] >= BUSY * r.cores
     times = [c["e"]["time"] for c in rows[1:]]
     f["slower_with_p"] = all(a < b for a, b in zip(times[1:], times[2:])) and times[-1] > r.serial["time"]
     clocked = [c for c in crowded if None not in (c["exchange_cpu"], c["compute_cpu"])]
     f["exchange_cpu_most"] = all(c["exchange_cpu"] > c["compute_cpu"] for c in clocked) if clocked else None
     f["step_alone_rows"] = alone = [x for x in r.compute_rows if x["kind"] == "step" and x["rows"] in (1, 2, 4, 8, 16)]
-    fit = statistics.linear_regression([x["rows"] for x in alone], [x["seconds"] for x in alone])  # the rows shown
+    fit = statistics.linear_regression(*zip(*[(x["rows"], x["seconds"]) for x in alone if x["rows"] > 1]))
     step = fit.intercept + fit.slope * r.model.batch
     f["amdahl"] = dict(fixed=fit.intercept, per_row=fit.slope, share=fit.intercept / step, bound=step / fit.intercept,
                        update_step=per_step(r.serial, "update_time"))
@@ -189,11 +198,13 @@ def asynchronous(r, f):
              async_pairs=[dict(a=a, b=b, speed=speed(a["time"], b["time"]), overlap=overlap(
                  *(x["time_range"] for x in (a, b)))) for a, b in pairs if a and b],
              busy_range=spread(e["busy"] for e in asked))
-    f["async_busy"] = all(e["busy_cores"] >= BUSY * r.cores for e in asked) if all(e["busy_cores"] for e in asked) \
-        else None
+    f["async_busy"] = all(e["busy_cores"] >= BUSY * r.cores for e in asked) if all(e["busy_cores"] for e in asked) else None
     f["busy_cores_range"] = spread(e["busy_cores"] for e in asked)
     f["busiest_share"] = sorted({(e["masters"], e["share"]) for e in asked if e["share"]})
-    f["masters_idle"] = f["busy_range"] and f["busy_range"][1] < 0.5
+    f["masters_idle"] = f["busy_range"] and f["busy_range"][1] < BUSY  # none busy (nearly) all the time: none capped
+    f["layer_bytes"] = max((max(e.get("master_bytes_received_per_update") or [0]) for e in asked), default=0) or None
+    rates = [(e["workers"] / (e["worker_compute_per_batch"] + e["worker_wait_per_batch"]), e.get("updates_per_second")) for e in asked if e.get("worker_compute_per_batch") and e.get("worker_wait_per_batch")]
+    f["rate_miss"] = max((abs(error(*x)) for x in rates if x[1]), default=None)
     f.update(gradient_range=spread(e["gradient_cpu"] for e in asked), wait_share=spread(e["wait_cpu"] / e["batch_cpu"] for e in asked if e["wait_cpu"] and e["batch_cpu"]))
     known = [x for x in f["async_pairs"] if None not in (x["a"]["wait_cpu"], x["b"]["wait_cpu"])]
     f["wait_follows_time"] = all((x["a"]["wait_cpu"] > x["b"]["wait_cpu"]) == (x["a"]["time"] > x["b"]["time"])
@@ -232,16 +243,14 @@ def collapse(r, f):
 
 
 def tradeoff(r, f):
-    """Q10: sync (strong scaling) against async with 2 and 4 masters at the same P, each the mean over the same
-    seeds; the first P where both ran compared in words."""
+    """Q10: sync (strong scaling) against async with 2 and 4 masters at every P both ran, over the same seeds; the
+    first such P compared in words (REPORT.md)."""
     counts = sorted({e["processes"] for e in r.entries("async")} & {e["processes"] for e in r.entries("sync")})
     rows = [(p, [r.get(label, p) for label in ("sync ring strong", "async 2m", "async 4m")]) for p in counts]
     rows = [(p, cells) for p, cells in rows if cells[0] and any(cells[1:])]
     p, (sync_entry, *asyncs) = rows[0]
     async_entry = next(e for e in asyncs if e)
-    two = (r.get("sync ring strong", 2), r.get("async 1m", 2))  # a core per rank: sync against 1 master, 1 worker
-    f.update(tradeoff_rows=rows, tradeoff=dict(versus(sync_entry, async_entry), p=p),
-             tradeoff_p2=versus(*two) if all(two) else None)
+    f.update(tradeoff_rows=rows, tradeoff=dict(versus(sync_entry, async_entry), p=p))
 
 
 def versus(sync_entry, async_entry):
@@ -260,13 +269,13 @@ def overlap(a, b):
 def allreduce(r, f):
     """Q11-Q13: the times, where the ring overtakes naive, the alpha-beta-gamma constants at P = 2 and how much of
     naive's excess there the reduction explains, the ring against MPI's Allreduce, the elements counted."""
-    rows = sorted(r.allreduce, key=lambda x: (x["processes"], x["size"]))
+    rows = sorted((x for x in r.allreduce if x["processes"] in COURSE_ALLREDUCE), key=lambda x: (x["processes"], x["size"]))
     f["allreduce_rows"] = [dict(x, ratio=x["naive_s"] / x["ring_s"]) for x in rows]
     f["ring_from"] = [(p, ring_faster_from([x for x in rows if x["processes"] == p]))
                       for p in sorted({x["processes"] for x in rows})]
     largest = max(x["size"] for x in rows)
-    f["ring_fit_miss"] = median_error(error(exchange_time(r.fits, "ring", 2, x["size"]), x["ring_s"])
-                                      for x in rows if x["processes"] == 2) if "ring" in r.fits else None
+    for name in ("ring", "naive"):  # each algorithm's fit against its own times at P = 2: the median miss
+        f[f"{name}_fit_miss"] = median_error(error(exchange_time(r.fits, name, 2, x["size"]), x[f"{name}_s"]) for x in rows if x["processes"] == 2) if name in r.fits else None
     f["sent_as_predicted"] = bool(rows) and all(x["sent_as_predicted"] for x in rows)
     sent = lambda name, p: 8 * FORMS[name](p)[1] * r.model.parameters  # noqa: E731 - bytes per process and step
     f["gradient_sent"] = [(p, sent("naive", p), sent("ring", p)) for p in r.settings["processes"]]
@@ -276,13 +285,12 @@ def allreduce(r, f):
     runs = [x["naive_s"] - x["ring_s"] for x in r.allreduce_all if x["processes"] == 2 and x["size"] == largest]
     f.update(fits=r.fits, gamma=r.gamma, gap=dict(n=largest, naive=two["naive_s"], ring=two["ring_s"], gap=gap, reduced=reduced,
                                      share=reduced / gap if gap > 0 else None, runs=spread(runs)))
-    f["naive_fit_miss"] = median_error(error(exchange_time(r.fits, "naive", 2, x["size"]), x["naive_s"])
-                                       for x in rows if x["processes"] == 2) if "naive" in r.fits else None
     if {"naive", "ring"} <= set(r.fits):  # each algorithm's own α and β: the reduction, and the messages' shape
         model = exchange_time(r.fits, "naive", 2, largest) - exchange_time(r.fits, "ring", 2, largest)
         f["gap"].update(model=model, behind=model > 0, messages=model - reduced, messages_save=model < reduced)
     f["parts"] = taken_apart(r.info.get("breakdown") or {})
     f["mpi_slower"] = [x["processes"] for x in rows if x["size"] == largest and x["mpi_s"] > (1 + TIE) * x["ring_s"]]
+    f["model_beyond"] = [dict(x, model={name: exchange_time(r.fits, name, x["processes"], largest) for name in ("naive", "ring")}) for x in rows if x["size"] == largest and x["processes"] > 2 and {"naive", "ring"} <= set(r.fits)]
 
 
 def taken_apart(breakdown):
@@ -317,7 +325,7 @@ def consoles(r, f):
     asked = [(f"async {m}m", p) for m, p in COURSE_ASYNC if (f"async {m}m", p) in default]
     for pair in strong + default:
         check_console(r.console(*pair), r.get(*pair))
-    counts = sorted({x["processes"] for x in r.allreduce})
+    counts = sorted({x["processes"] for x in r.allreduce} & set(COURSE_ALLREDUCE))
     for p in counts:
         check_timing_console(r.console("allreduce_test", p), [x for x in r.allreduce if x["processes"] == p])
     f.update(console_sync=quoted(strong), console_async=quoted(default), console_async_asked=quoted(asked),
@@ -359,7 +367,7 @@ def check_timing_console(text, rows):
 
 
 GROUPS = [header, sync, model, asynchronous, collapse, tradeoff, allreduce, consoles]
-COURSE_SYNC = (4, 8, 16)  # the process counts of the course's synchronous runs (question 2)
+COURSE_SYNC, COURSE_ALLREDUCE = (4, 8, 16), (2, 4, 8)  # the course's process counts: sync runs (Q2), allreduce_test.py (Q11)
 COURSE_ASYNC = ((2, 4), (2, 8), (4, 8), (4, 16))  # its asynchronous runs, (masters, processes) (question 5)
 # Question 6's comparisons, (masters, processes) against (masters, processes): one setting changed at a time
 COURSE_PAIRS = (((2, 8), (2, 4)), ((4, 8), (2, 8)), ((4, 16), (4, 8)))
@@ -419,6 +427,9 @@ def write_report(results, out):
     with open(os.path.join(out, "REPORT.md"), "w") as target:
         target.write(render(results, computed=computed))
     path = os.path.join(out, "hw3.pdf")
+    if typst is None:
+        raise SystemExit(f"report.py: error: typst is not installed: wrote {out}/REPORT.md, not hw3.pdf; "
+                         "run report.py --report-only where it is")
     typst.compile(render(results, True, computed).encode(), output=path, root=out, ignore_system_fonts=True)
     pages = len(pypdf.PdfReader(path).pages)
     if pages > MAX_PAGES:  # written all the same, to show what overflows; never cut or shrunk to fit

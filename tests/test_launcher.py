@@ -5,7 +5,7 @@ import sys
 import pytest
 
 import launcher
-from conftest import run_python
+from conftest import run_command, run_python
 from launcher import Launcher, family_of, launch_failure
 
 OPEN_MPI = Launcher("/opt/ompi/bin/mpiexec", "openmpi", "mpiexec (Open MPI) 5.0.11")
@@ -94,3 +94,19 @@ def test_launcher_py_runs_main_py_on_p_ranks_under_this_pythons_mpi():
     assert result.stderr.startswith("$ ") and " -n 3 " in result.stderr
     usage = run_python("launcher.py", "main.py")
     assert usage.returncode != 0 and usage.stderr.startswith("usage: python3 launcher.py P PROGRAM")
+
+
+@pytest.mark.parametrize("processes", [2, 3])
+def test_ranks_pinned_to_cores_of_their_own_spin_and_ranks_sharing_cores_yield(processes):
+    """The wait policy "auto" counts the cores of all the node's ranks, not the one core a pinned rank sees itself
+    (mpiexec -bind-to, srun --cpu-bind): 2 ranks pinned to 2 cores spin in MPI's Wait, 3 pinned to 2 yield."""
+    cores = len(os.sched_getaffinity(0))
+    if cores < 2:
+        pytest.skip("needs 2 cores to pin 2 ranks apart")
+    mpiexec = launcher.launcher()
+    bind = ["--bind-to", "hwthread:overload-allowed"] if mpiexec.family == "openmpi" else ["-bind-to", "hwthread"]
+    code = ("import os; from mpi4py import MPI; from waiting import Waiter; waiter = Waiter(MPI.COMM_WORLD); "
+            "MPI.COMM_WORLD.rank or print(waiter.policy, len(os.sched_getaffinity(0)))")
+    result = run_command([*mpiexec.command(processes, bind), sys.executable, "-c", code])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["spin" if processes <= cores else "yield", "1"]  # pinned: one core seen
