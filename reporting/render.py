@@ -202,6 +202,8 @@ def asynchronous(r, f):
     f["busy_cores_range"] = spread(e["busy_cores"] for e in asked)
     f["busiest_share"] = sorted({(e["masters"], e["share"]) for e in asked if e["share"]})
     f["masters_idle"] = f["busy_range"] and f["busy_range"][1] < BUSY  # none busy (nearly) all the time: none capped
+    same = [next((e for e in course if (e["masters"], e["workers"]) == (m, 4)), None) for m in (2, 4)]  # Q7: 4 workers
+    f["split_pair"] = dict(two=same[0], four=same[1], speed=speed(same[1]["time"], same[0]["time"]), overlap=overlap(same[0]["time_range"], same[1]["time_range"])) if all(same) else None
     f["layer_bytes"] = max((max(e.get("master_bytes_received_per_update") or [0]) for e in asked), default=0) or None
     rates = [(e["workers"] / (e["worker_compute_per_batch"] + e["worker_wait_per_batch"]), e.get("updates_per_second")) for e in asked if e.get("worker_compute_per_batch") and e.get("worker_wait_per_batch")]
     f["rate_miss"] = max((abs(error(*x)) for x in rates if x[1]), default=None)
@@ -243,8 +245,7 @@ def collapse(r, f):
 
 
 def tradeoff(r, f):
-    """Q10: sync (strong scaling) against async with 2 and 4 masters at every P both ran, over the same seeds; the
-    first such P compared in words (REPORT.md)."""
+    """Q10: sync (strong scaling) against async with 2 and 4 masters at every P both ran, over the same seeds."""
     counts = sorted({e["processes"] for e in r.entries("async")} & {e["processes"] for e in r.entries("sync")})
     rows = [(p, [r.get(label, p) for label in ("sync ring strong", "async 2m", "async 4m")]) for p in counts]
     rows = [(p, cells) for p, cells in rows if cells[0] and any(cells[1:])]
@@ -317,8 +318,7 @@ def ring_faster_from(rows):
 
 
 def consoles(r, f):
-    """What the median runs printed, copied from their output: serial and the course's sync and async
-    configurations (others for REPORT.md), allreduce_test.py whole, each checked against the figures quoted."""
+    """The median runs' consoles (serial, sync, async, allreduce_test.py), each checked against the figures quoted."""
     quoted = lambda pairs: [text for text in (r.console(*pair) for pair in pairs) if text]  # noqa: E731
     strong = [("serial", 1)] + [("sync ring strong", e["processes"]) for e in r.series("sync ring strong")]
     default = [(e["label"], e["processes"]) for e in r.entries("async") if is_course(e)]
@@ -354,8 +354,7 @@ TIMED = re.compile(r"^ *([\d,]+)(?: \(2\^\d+\))? +([\d.]+) +([\d.]+) ")  # eleme
 
 
 def check_timing_console(text, rows):
-    """Raise ConsoleMismatch unless every size allreduce_test.py's console times has the naive and ring times of
-    the table's row of that size, in ms to 3 decimals as it prints them."""
+    """Raise ConsoleMismatch unless allreduce_test.py's console prints each size's naive and ring ms as the table."""
     lines = (text or "").splitlines()
     by_size = {x["size"]: x for x in rows}
     for match in filter(None, map(TIMED.match, lines[:lines.index("")] if "" in lines else lines)):
