@@ -703,4 +703,4 @@ def test_q3_with_a_core_per_rank_says_whether_compute_and_allreduce_outlasted_se
     info = json.loads((out / "run_info.json").read_text())
     info["machine"]["cores"] = 16
     (out / "run_info.json").write_text(json.dumps(info))
-    assert f"per step a rank's compute and allreduce together took {words} (table;" in flat(Results(str(out)), True)
+    assert f"Per step a rank's compute and allreduce together took {words} (table;" in flat(Results(str(out)), True)
