@@ -82,8 +82,9 @@ def ask_to_stop(job, marker, processes):
     if launcher().family != "openmpi":
         job.send_signal(signal.SIGTERM)
         return
-    for rank in range(processes):
-        os.kill(rank_pid(marker, rank), signal.SIGTERM)
+    pids = [rank_pid(marker, rank) for rank in range(processes)]  # found first: the scan of /proc is slow, and a
+    for pid in pids:  # rank signalled an epoch after the others may already be exiting, its handler gone
+        os.kill(pid, signal.SIGTERM)
 
 
 def test_sigterm_writes_a_checkpoint_and_exits_cleanly(tmp_path, data):
