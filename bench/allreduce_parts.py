@@ -1,5 +1,6 @@
 """Naive against ring allreduce at P = 2, taken apart: each one whole, the reduction inside it, its messages alone.
-Beside them, a training step on 8 rows (P = 2's share of a mini-batch) alone and with both ranks computing at once.
+Beside them, a training step on 8 rows (P = 2's share of a mini-batch) alone and with both ranks computing at once,
+and a ping-pong: one message of n elements, one way, from 2^6 to 2^21 elements (the link's alpha and beta).
 
     mpiexec -n 2 python3 bench/allreduce_parts.py [--size 2097152] [--repeats 100] [--csv parts.csv]
 
@@ -26,7 +27,9 @@ import my_naive_allreduce  # noqa: E402
 import my_ring_allreduce  # noqa: E402
 from utils import write_csv  # noqa: E402
 
-__all__ = ["measure_parts"]
+__all__ = ["measure_parts", "ping_pong"]
+
+PING_PONG_SIZES = [2 ** k for k in range(6, 22, 3)]
 
 
 class TimedReduction:
@@ -76,6 +79,21 @@ def measure_parts(comm, size, repeats, warmup=3):
     return [{"size": size, "part": part, "seconds": seconds} for part, seconds in parts.items()]
 
 
+def ping_pong(comm, repeats):
+    """-> [{size, part: "one way", seconds}]: half of rank 0's median round trip of `size` float64 elements."""
+    rows, other = [], 1 - comm.Get_rank()
+    for size in PING_PONG_SIZES:
+        buffer, times = np.zeros(size), []
+        for _ in range(3 + repeats):
+            comm.Barrier()
+            start = MPI.Wtime()
+            for step in ((comm.Send, comm.Recv) if comm.Get_rank() == 0 else (comm.Recv, comm.Send)):
+                step(buffer, other)
+            times.append((MPI.Wtime() - start) / 2)
+        rows.append({"size": size, "part": "one way", "seconds": statistics.median(times[3:])})
+    return rows
+
+
 def step_alone_and_together(comm, rows, repeats):
     """-> [{size: rows, part, seconds}]: rank 0's median training step on `rows` rows while rank 1 sleeps ("step
     alone"), then while rank 1 steps too ("step together"): what two ranks computing at once cost each other."""
@@ -110,6 +128,7 @@ def main():
         raise SystemExit("allreduce_parts.py: error: it runs on exactly 2 processes")
     rows = measure_parts(comm, arguments.size, arguments.repeats)
     steps = step_alone_and_together(comm, 8, 10 * arguments.repeats)
+    steps += ping_pong(comm, arguments.repeats // 3)
     if comm.Get_rank() == 0:
         ms = {row["part"]: 1e3 * row["seconds"] for row in rows}
         print(f"P = 2, n = {arguments.size:,}, ms  {'whole':>8} {'reduction':>10} {'rest':>8} {'messages alone':>15}")
@@ -119,6 +138,8 @@ def main():
         step = {row["part"]: 1e3 * row["seconds"] for row in steps}
         print(f"a training step on 8 rows, ms: alone {step['step alone']:.3f}, both ranks at once "
               f"{step['step together']:.3f}")
+        print("one message, one way, us: " + ", ".join(f"{row['size']:,} elements {1e6 * row['seconds']:.2f}"
+                                                       for row in steps if row["part"] == "one way"))
         if arguments.csv:
             write_csv(arguments.csv, rows + steps)
 

@@ -2,11 +2,11 @@
 
 An allreduce of n elements over p processes takes t = a(p)·alpha + b(p)·n·beta + c(p)·n·gamma (Thakur, Rabenseifner
 and Gropp 2005): alpha per message round, beta per element sent, gamma per element reduced. gamma is timed here as the
-op itself (measure_compute: numpy's add of two float64 arrays); alpha and beta are fitted to allreduce_test.py's times
-less the reduction. A training step on r rows and a validation pass are timed here too,
+op itself (measure_compute: numpy's add of two float64 arrays); alpha and beta are one link's, fitted to a ping-pong
+between two ranks (bench/allreduce_parts.py), so nothing in the model is fitted to the allreduces it predicts. A training step on r rows and a validation pass are timed here too,
 in this process alone with one BLAS thread; REPORT.md's model of a run adds them up (docs/model.md).
 """
-__all__ = ["measure_compute", "fit_exchange", "exchange_time", "CostModel", "FORMS",
+__all__ = ["measure_compute", "link_exchange", "exchange_time", "CostModel", "FORMS",
            "COMPUTE_ROWS"]
 
 import math
@@ -50,30 +50,15 @@ def measure_compute(layers, repeats, validation_rows, reduce_size):
                         "seconds": median_seconds(lambda: np.add(a, b, out=out), repeats)}]
 
 
-def least_squares(name, points, gamma):
-    """(alpha, beta) >= 0 of FORMS[name] minimising the relative error over (P, n, seconds) points, the reduction's
-    c·n·gamma taken off the times first."""
-    form = [FORMS[name](p) for p, _, _ in points]
-    design = np.array([[a, b * n] for (a, b, _), (_, n, _) in zip(form, points)], dtype=float)
-    times = np.array([t for *_, t in points])
-    left = (times - np.array([c * n * gamma for (_, _, c), (_, n, _) in zip(form, points)])) / times
-    weighted = design / times[:, None]  # small arrays count as much as large
-    alpha, beta = np.linalg.lstsq(weighted, left, rcond=None)[0]
-    if alpha < 0 or beta < 0:  # a negative cost is no cost: keep the other constant alone
-        keep = 1 if alpha < 0 else 0
-        value = float(np.linalg.lstsq(weighted[:, [keep]], left, rcond=None)[0][0])
-        alpha, beta = (0.0, value) if keep else (value, 0.0)
-    return float(alpha), float(beta)
-
-
-def fit_exchange(rows, gamma):
-    """{algorithm: (alpha s, beta s/element, gamma s/element)} fitted to allreduce.csv rows."""
-    fits = {}
-    for name in FORMS:
-        points = [(r["processes"], r["size"], r[f"{name}_s"]) for r in rows if r.get(f"{name}_s")]
-        if points and gamma is not None:
-            fits[name] = (*least_squares(name, points, gamma), gamma)
-    return fits
+def link_exchange(one_way_rows, gamma):
+    """{algorithm: (alpha s, beta s/element, gamma s/element)}: one link's alpha and beta, t = alpha + n·beta fitted to
+    ping-pong rows (size, seconds one way) by least squares on the relative error, so small messages count too."""
+    if not one_way_rows or gamma is None:
+        return {}
+    times = np.array([r["seconds"] for r in one_way_rows])
+    design = np.array([[1.0, r["size"]] for r in one_way_rows]) / times[:, None]
+    alpha, beta = np.linalg.lstsq(design, np.ones(len(times)), rcond=None)[0]
+    return {name: (float(alpha), float(beta), gamma) for name in FORMS}
 
 
 def exchange_time(fits, name, p, elements):

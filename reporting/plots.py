@@ -103,14 +103,14 @@ def plot_accuracy(results, path):
 
 
 def plot_allreduce(results, path):
-    """Measured naive and ring allreduce times (points) and the alpha-beta-gamma forms fitted at P = 2 (lines)."""
+    """Measured naive and ring allreduce times (points) and the alpha-beta-gamma forms (lines): the ping-pong's alpha and beta, gamma timed."""
     counts = sorted({row["processes"] for row in results.allreduce})
     if not counts:
         return empty_plot(path, "no allreduce_test.py results")
     fig, axes = figure(2.0, len(counts), squeeze=False, sharey=True)
     for ax, p in zip(axes[0], counts):
         rows = sorted((r for r in results.allreduce if r["processes"] == p), key=lambda r: r["size"])
-        sizes, fits = [r["size"] for r in rows], results.fits  # fitted where each process had a core
+        sizes, fits = [r["size"] for r in rows], results.fits  # one link's constants, for every P
         for index, name in enumerate(("ring", "naive")):
             ax.plot(sizes, [1e3 * r[f"{name}_s"] for r in rows], "o", color=f"C{index}", markersize=3,
                     label=f"{name}: measured")

@@ -62,12 +62,6 @@ def error(model, measured):
     return None if model is None or not measured else (model - measured) / measured
 
 
-def median_error(errors):
-    """The median absolute relative error, None when there is none."""
-    errors = [abs(e) for e in errors if e is not None]
-    return statistics.median(errors) if errors else None
-
-
 def per_step(entry, key):
     return entry[key] / entry["steps"] if entry and entry.get(key) is not None and entry.get("steps") else None
 
@@ -147,9 +141,7 @@ def model(r, f):
              t_eval=r.model.evaluation, validation_saved=r.model.evaluation and r.model.evaluation * p2["e"]["epochs"] / 2,
              crowded_last=crowded[-1] if crowded else None, p2_overlap=overlap(p2["e"]["time_range"], r.serial["time_range"]))
     if None not in (p2["compute"], p2["exchange"], serial["compute"]):  # serial's step timed in its run, P = 2's too
-        more = p2["compute"] + p2["exchange"] - serial["compute"]
-        f.update(p2_step_more=more, p2_run_more=p2["m"]["steps"] * more, p2_more=more > 0,
-                 p2_saved=serial["compute"] - p2["compute"], p2_split_saves=serial["compute"] > p2["compute"],
+        f.update(p2_saved=serial["compute"] - p2["compute"], p2_split_saves=serial["compute"] > p2["compute"],
                  p2_exchange_more=p2["exchange"] > serial["compute"] - p2["compute"])
     for c in rows[1:]:  # every run from serial's: its steps' compute and allreduce for serial's, less validation saved
         c["predicted"] = None if None in (c["compute"], c["exchange"], serial["compute"], r.model.evaluation) else r.serial["time"] \
@@ -205,6 +197,12 @@ def asynchronous(r, f):
     same = [next((e for e in course if (e["masters"], e["workers"]) == (m, 4)), None) for m in (2, 4)]  # Q7: 4 workers
     f["split_pair"] = dict(two=same[0], four=same[1], speed=speed(same[1]["time"], same[0]["time"]), overlap=overlap(same[0]["time_range"], same[1]["time_range"])) if all(same) else None
     f["layer_bytes"] = max((max(e.get("master_bytes_received_per_update") or [0]) for e in asked), default=0) or None
+    f["layer_one_way"] = f["layer_bytes"] and "ring" in r.fits and r.fits["ring"][0] + f["layer_bytes"] / 8 * r.fits["ring"][1]
+    grown = [x for x in f["async_pairs"] if x["a"]["masters"] == x["b"]["masters"] and x["a"].get("updates_per_second") and x["b"].get("updates_per_second")]
+    if grown:  # Q7: the most workers added at one M; the masters set the rate when it grew < 1/4 as much as the workers
+        x = max(grown, key=lambda x: (x["a"]["workers"] / x["b"]["workers"], x["a"]["workers"]))
+        gain = x["a"]["updates_per_second"] / x["b"]["updates_per_second"] - 1
+        f["rate_pair"] = dict(x, gain=gain, bound=gain < (x["a"]["workers"] / x["b"]["workers"] - 1) / 4)
     rates = [(e["workers"] / (e["worker_compute_per_batch"] + e["worker_wait_per_batch"]), e.get("updates_per_second")) for e in asked if e.get("worker_compute_per_batch") and e.get("worker_wait_per_batch")]
     f["rate_miss"] = max((abs(error(*x)) for x in rates if x[1]), default=None)
     f.update(gradient_range=spread(e["gradient_cpu"] for e in asked), wait_share=spread(e["wait_cpu"] / e["batch_cpu"] for e in asked if e["wait_cpu"] and e["batch_cpu"]))
@@ -275,8 +273,6 @@ def allreduce(r, f):
     f["ring_from"] = [(p, ring_faster_from([x for x in rows if x["processes"] == p]))
                       for p in sorted({x["processes"] for x in rows})]
     largest = max(x["size"] for x in rows)
-    for name in ("ring", "naive"):  # each algorithm's fit against its own times at P = 2: the median miss
-        f[f"{name}_fit_miss"] = median_error(error(exchange_time(r.fits, name, 2, x["size"]), x[f"{name}_s"]) for x in rows if x["processes"] == 2) if name in r.fits else None
     f["sent_as_predicted"] = bool(rows) and all(x["sent_as_predicted"] for x in rows)
     sent = lambda name, p: 8 * FORMS[name](p)[1] * r.model.parameters  # noqa: E731 - bytes per process and step
     f["gradient_sent"] = [(p, sent("naive", p), sent("ring", p)) for p in r.settings["processes"]]
@@ -286,12 +282,14 @@ def allreduce(r, f):
     runs = [x["naive_s"] - x["ring_s"] for x in r.allreduce_all if x["processes"] == 2 and x["size"] == largest]
     f.update(fits=r.fits, gamma=r.gamma, gap=dict(n=largest, naive=two["naive_s"], ring=two["ring_s"], gap=gap, reduced=reduced,
                                      share=reduced / gap if gap > 0 else None, runs=spread(runs)))
-    if {"naive", "ring"} <= set(r.fits):  # each algorithm's own α and β: the reduction, and the messages' shape
+    if {"naive", "ring"} <= set(r.fits):  # the link's α and β: the reduction, and the messages' shape
         model = exchange_time(r.fits, "naive", 2, largest) - exchange_time(r.fits, "ring", 2, largest)
-        f["gap"].update(model=model, behind=model > 0, messages=model - reduced, messages_save=model < reduced)
+        f["gap"].update(model=model, behind=model > 0, messages=model - reduced, messages_save=model < reduced,
+                        explains=reduced >= f["gap"]["runs"][1])
     f["parts"] = taken_apart(r.info.get("breakdown") or {})
     f["mpi_slower"] = [x["processes"] for x in rows if x["size"] == largest and x["mpi_s"] > (1 + TIE) * x["ring_s"]]
-    f["model_beyond"] = [dict(x, model={name: exchange_time(r.fits, name, x["processes"], largest) for name in ("naive", "ring")}) for x in rows if x["size"] == largest and x["processes"] > 2 and {"naive", "ring"} <= set(r.fits)]
+    f["model_at"] = [dict(x, model={name: exchange_time(r.fits, name, x["processes"], largest) for name in ("naive", "ring")}) for x in rows if x["size"] == largest and {"naive", "ring"} <= set(r.fits)]
+    f["model_short"] = [x["processes"] for x in f["model_at"] if x["model"]["naive"] < (1 - TIE) * x["naive_s"]]
 
 
 def taken_apart(breakdown):
@@ -299,7 +297,7 @@ def taken_apart(breakdown):
     algorithm {allreduce, reduction, rest = allreduce - reduction, messages, per_element}, the gap naive - ring split
     the same way, each part's share of it, and whether the reduction's is most of it; None where it did not run."""
     seconds = {x["part"]: x["seconds"] for x in breakdown.get("rows") or []}
-    if not seconds:
+    if "naive allreduce" not in seconds:
         return None
     size = breakdown["rows"][0]["size"]
     parts = {name: {part: seconds[f"{name} {part}"] for part in ("allreduce", "reduction", "messages")}

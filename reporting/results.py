@@ -8,7 +8,7 @@ import json
 import os
 import statistics
 
-from reporting.model import CostModel, fit_exchange
+from reporting.model import CostModel, link_exchange
 
 # A run collapsed (diverged) when its most frequent answer went to at least this share of the test images: the network
 # then answers one digit for (nearly) every image. main.py --json records the share (top_class_share).
@@ -65,7 +65,8 @@ class Results:
         self.configs = aggregate(self.runs)
         reduce = [r for r in self.compute_rows if r["kind"] == "reduce"]
         self.gamma = reduce[-1]["seconds"] / reduce[-1]["rows"] if reduce else None
-        self.fits = fit_exchange([r for r in self.allreduce if r["processes"] == 2], self.gamma)  # checked beyond
+        one_way = [r for r in (self.info.get("breakdown") or {}).get("rows") or [] if r["part"] == "one way"]
+        self.fits = link_exchange(one_way, self.gamma)  # one link's constants, for every algorithm
         self.model = CostModel(self.compute_rows, self.fits, self.settings, self.cores)
         self.compare_with_serial()
 

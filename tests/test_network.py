@@ -57,6 +57,20 @@ def test_back_prop_writes_into_the_flat_gradient_buffer():
     assert np.any(network.grads != 0)
 
 
+def test_one_row_gradient_has_the_bits_of_the_matrix_product():
+    """A rank holding one row (P = 16 over 16) takes the outer-product path; it must equal matmul's."""
+    rng = np.random.default_rng(5)
+    network = NeuralNetwork([784, 30, 10], seed=5)
+    x = rng.random((1, 784))
+    y = np.eye(10)[[4]]
+    network.forward_prop(x)
+    network.back_prop(y)
+    a, delta = network.activations, network.activations[-1]
+    delta = (delta - y) * (delta * (1 - delta))
+    assert np.array_equal(network.nabla_w[-1], np.matmul(a[-2].T, delta))
+    assert np.array_equal(network.nabla_b[-1], delta.sum(axis=0))
+
+
 def test_update_is_gradient_descent_on_the_summed_gradient():
     rng = np.random.default_rng(1)
     network = NeuralNetwork([5, 4, 3], learning_rate=0.5, seed=1)

@@ -71,7 +71,7 @@ def test_quick_run_writes_csvs_plots_and_every_answer(tmp_path):
     parts = {row["part"]: row["seconds"] for row in info["breakdown"]["rows"]}
     assert info["breakdown"]["error"] is None and 0 < parts["naive reduction"] < parts["naive allreduce"]
     assert set(parts) == {f"{a} {p}" for a in ("naive", "ring") for p in ("allreduce", "reduction", "messages")} | {
-        "step alone", "step together"}
+        "step alone", "step together", "one way"}
     text = check_outputs(out)
     assert "Quick mode" in text and "| ring | 2(P−1)α + 2(P−1)/P·nβ + (P−1)/P·nγ |" in text
     section = lambda n: text[text.index(f"## {n}. "):text.index(f"## {n + 1}. ")]  # noqa: E731
