@@ -31,7 +31,8 @@ def median_seconds(call, repeats, warmup=10):
 
 
 def measure_compute(layers, repeats, validation_rows, reduce_size):
-    """-> compute.csv rows: a training step (forward, backward, update) per row count, one validation pass of
+    """-> compute.csv rows: a training step (forward, backward, update) per row count, the first layer's weight
+    gradient on 1 and 2 rows, one validation pass of
     `validation_rows` images, and the op of allreduce_test.py's sum on `reduce_size` float64 elements."""
     from network import NeuralNetwork
     rng = np.random.default_rng(0)
@@ -42,6 +43,10 @@ def measure_compute(layers, repeats, validation_rows, reduce_size):
         y = np.eye(layers[-1])[rng.integers(0, layers[-1], count)]
         measured.append({"kind": "step", "rows": count,
                          "seconds": median_seconds(lambda: network.update_mini_batch(x, y), repeats)})
+    for count in (1, 2):  # the first layer's weight gradient as back_prop takes it: one row is an outer product
+        a, d, out = rng.random((count, layers[0])), rng.random((count, layers[1])), np.empty(layers[:2])
+        measured.append({"kind": "weight gradient", "rows": count,
+                         "seconds": median_seconds(lambda: network._product_into(a.T, d, out), repeats)})
     images = rng.integers(0, 256, (validation_rows, layers[0]), dtype=np.uint8)
     seconds = median_seconds(lambda: network.predict(images), max(3, repeats // 40), warmup=1)
     measured.append({"kind": "evaluate", "rows": validation_rows, "seconds": seconds})

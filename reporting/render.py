@@ -154,6 +154,9 @@ def model(r, f):
     clocked = [c for c in crowded if None not in (c["exchange_cpu"], c["compute_cpu"])]
     f["exchange_cpu_most"] = all(c["exchange_cpu"] > c["compute_cpu"] for c in clocked) if clocked else None
     f["step_alone_rows"] = alone = [x for x in r.compute_rows if x["kind"] == "step" and x["rows"] in (1, 2, 4, 8, 16)]
+    f["weight_gradient"] = {x["rows"]: x["seconds"] for x in r.compute_rows if x["kind"] == "weight gradient"}
+    steps = {x["part"]: x for x in (r.info.get("breakdown") or {}).get("rows") or [] if x["part"].startswith("step ")}
+    f["together"] = steps if {"step alone", "step together"} <= set(steps) else None  # Q3: two ranks stepping at once
     fit = statistics.linear_regression(*zip(*[(x["rows"], x["seconds"]) for x in alone if x["rows"] > 1]))
     step = fit.intercept + fit.slope * r.model.batch
     f["amdahl"] = dict(fixed=fit.intercept, per_row=fit.slope, share=fit.intercept / step, bound=step / fit.intercept,
@@ -199,6 +202,7 @@ def asynchronous(r, f):
     f["layer_bytes"] = max((max(e.get("master_bytes_received_per_update") or [0]) for e in asked), default=0) or None
     f["layer_one_way"] = f["layer_bytes"] and "ring" in r.fits and r.fits["ring"][0] + f["layer_bytes"] / 8 * r.fits["ring"][1]
     grown = [x for x in f["async_pairs"] if x["a"]["masters"] == x["b"]["masters"] and x["a"].get("updates_per_second") and x["b"].get("updates_per_second")]
+    f["wait_grows"] = all(x["a"]["worker_wait_per_batch"] > x["b"]["worker_wait_per_batch"] for x in grown if x["a"]["workers"] > x["b"]["workers"]) if grown else None
     if grown:  # Q7: the most workers added at one M; the masters set the rate when it grew < 1/4 as much as the workers
         x = max(grown, key=lambda x: (x["a"]["workers"] / x["b"]["workers"], x["a"]["workers"]))
         gain = x["a"]["updates_per_second"] / x["b"]["updates_per_second"] - 1

@@ -65,7 +65,7 @@ def test_quick_run_writes_csvs_plots_and_every_answer(tmp_path):
             assert all(t >= (1 if int(row["processes"]) > os.cpu_count() else 0) for t in turns), row
     with open(out / "compute.csv", newline="") as f:
         kinds = {row["kind"] for row in csv.DictReader(f)}
-    assert kinds == {"step", "evaluate", "reduce"}
+    assert kinds == {"step", "weight gradient", "evaluate", "reduce"}
     info = json.loads((out / "run_info.json").read_text())
     assert set(info["traces"]) == {"serial", "sync_P2", "sync_P4", "async_2m_P4"}
     parts = {row["part"]: row["seconds"] for row in info["breakdown"]["rows"]}

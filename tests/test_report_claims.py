@@ -702,4 +702,20 @@ def test_q3_with_a_core_per_rank_says_whether_compute_and_allreduce_outlasted_se
     info = json.loads((out / "run_info.json").read_text())
     info["machine"]["cores"] = 16
     (out / "run_info.json").write_text(json.dumps(info))
-    assert f"Per step a rank's compute and allreduce together took {words} (table;" in flat(Results(str(out)), True)
+    assert f"Per step a rank's compute and allreduce together took {words} (table):" in flat(Results(str(out)), True)
+
+
+@pytest.mark.parametrize("one_row, shown", [(400e-6, True), (150e-6, False)])
+def test_q4_gives_the_one_row_step_its_measured_cause_only_when_it_is_off_the_line(tmp_path, one_row, shown):
+    """A step on 1 row taking `one_row` against 2 rows' 220 us: slower, so off the line, and the first layer's weight
+    gradient timed on 1 and 2 rows (0.15 and 0.03 ms) says why; faster, and neither is said."""
+    out = tmp_path / "out"
+    fake_results(out, matrix())
+    rows = compute_rows(10e-6)
+    rows[0]["seconds"] = one_row
+    rows += [{"kind": "weight gradient", "rows": 1, "seconds": 150e-6}, {"kind": "weight gradient", "rows": 2, "seconds": 30e-6}]
+    write_csv(str(out / "compute.csv"), rows)
+    pdf = flat(Results(str(out)), True)
+    words = ("1 row cost more than 2, off the line: on one row the first layer's weight gradient, an outer product, "
+             "took 0.15 ms, the matrix product over two rows 0.03 ms")
+    assert (words in pdf) == shown
