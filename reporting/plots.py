@@ -78,8 +78,6 @@ def plot_series(results, path, x, y, serial_label, only=None, bands=((None, None
                 ax.scatter([e[x] for e in series for _ in e["run_accuracies"]],
                            [a for e in series for a in e["run_accuracies"]], s=36, marker=style["marker"],
                            facecolors="none", edgecolors=style["color"], linewidths=0.7, zorder=2)
-        if y == "mean_accuracy":  # the hollow markers' own legend entry
-            ax.scatter([], [], s=36, marker="o", facecolors="none", edgecolors="0.4", linewidths=0.7, label="one seed")
         if results.serial:  # thin and dashed, over the series: visible where a series lies on serial's value
             ax.axhline(results.serial[y], color="k", linewidth=1.2, linestyle=(0, (3, 3)), zorder=4,
                        label=serial_label.format(results.serial[y]))

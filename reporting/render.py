@@ -159,8 +159,10 @@ def model(r, f):
     f["together"] = steps if {"step alone", "step together"} <= set(steps) else None  # Q3: two ranks stepping at once
     fit = statistics.linear_regression(*zip(*[(x["rows"], x["seconds"]) for x in alone if x["rows"] > 1]))
     step = fit.intercept + fit.slope * r.model.batch
+    fastest = min(alone, key=lambda x: x["seconds"])  # the measured bound: 16 rows' step over the fastest share's
     f["amdahl"] = dict(fixed=fit.intercept, per_row=fit.slope, share=fit.intercept / step, bound=step / fit.intercept,
-                       update_step=per_step(r.serial, "update_time"))
+                       update_step=per_step(r.serial, "update_time"), fastest=fastest,
+                       measured_bound=alone[-1]["seconds"] / fastest["seconds"])
 
 
 def speed(time, reference):
