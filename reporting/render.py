@@ -146,6 +146,8 @@ def model(r, f):
     for c in rows[1:]:  # every run from serial's: its steps' compute and allreduce for serial's, less validation saved
         c["predicted"] = None if None in (c["compute"], c["exchange"], serial["compute"], r.model.evaluation) else r.serial["time"] \
             + c["m"]["steps"] * (c["compute"] + c["exchange"] - serial["compute"]) - r.model.evaluation * c["e"]["epochs"] * (1 - 1 / c["e"]["processes"])
+    last = rows[-1]  # Q3: the ring's model time for the gradient at the largest P against the measured allreduce
+    f["exchange_short"] = last["m"]["exchange"] < (1 - TIE) * last["exchange"] if last["m"]["exchange"] and last["exchange"] else None
     f["account_miss"] = max((abs(error(c["predicted"], c["e"]["time"])) for c in rows[1:] if c["predicted"]), default=None)
     f["exchange_more_all"] = all(c["exchange"] > serial["compute"] - c["compute"] for c in rows[1:] if c["predicted"])
     f["last_busy"] = bool(crowded) and crowded[-1]["busy_cores"] >= BUSY * r.cores

@@ -293,6 +293,15 @@ class Progress:
             print(line, file=sys.stderr, flush=True)
 
 
+def threads_per_core(path="/sys/devices/system/cpu/cpu0/topology/thread_siblings_list"):
+    """Hardware threads sharing cpu0's core (1: every logical CPU is a core of its own), None where Linux does not say."""
+    try:
+        with open(path) as f:
+            return sum(int(b or a) - int(a) + 1 for a, _, b in (part.partition("-") for part in f.read().strip().split(",")))
+    except (OSError, ValueError):
+        return None
+
+
 def machine_info():
     """Cores, CPU, MPI library and versions, for the report's header (MPI is not started here)."""
     import mpi4py
@@ -302,5 +311,5 @@ def machine_info():
     with open("/proc/cpuinfo") if os.path.exists("/proc/cpuinfo") else open(os.devnull) as f:
         cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), platform.machine())
     return {"host": platform.node(), "cores": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),
-            "numpy": numpy.__version__,
+            "numpy": numpy.__version__, "threads_per_core": threads_per_core(),
             "mpi4py": mpi4py.__version__, "mpi_library": " ".join(MPI.Get_library_version().splitlines()[0].split())}

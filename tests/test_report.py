@@ -209,3 +209,11 @@ def test_runs_that_started_busy_render_only_when_allowed_and_page_1_says_so(tmp_
     else:
         assert "1 of" in result.stderr and "did not start on a machine measured quiet" in result.stderr
         assert not (out / "hw3.pdf").exists()
+
+
+@pytest.mark.parametrize("siblings, threads", [("0\n", 1), ("0,8\n", 2), ("0-3\n", 4), ("", None)])
+def test_threads_per_core_reads_cpu0s_siblings(tmp_path, siblings, threads):
+    from reporting.runs import threads_per_core
+    path = tmp_path / "thread_siblings_list"
+    path.write_text(siblings)
+    assert threads_per_core(str(path)) == threads and threads_per_core(str(tmp_path / "none")) is None

@@ -719,3 +719,10 @@ def test_q4_gives_the_one_row_step_its_measured_cause_only_when_it_is_off_the_li
     words = ("1 row cost more than 2, off the line: on one row the first layer's weight gradient, an outer product, "
              "took 0.15 ms, the matrix product over two rows 0.03 ms")
     assert (words in pdf) == shown
+
+
+@pytest.mark.parametrize("threads, said", [(1, True), (2, False), (None, False)])
+def test_page_1_says_one_hardware_thread_per_core_only_where_the_machine_said_so(tmp_path, threads, said):
+    results = fake_results(tmp_path / "out", matrix())
+    results.machine["threads_per_core"] = threads
+    assert ("*Machine:* 2 cores (test CPU, one hardware thread per core)" in flat(results, True)) == said
