@@ -45,8 +45,7 @@ def measure_compute(layers, repeats, validation_rows, reduce_size):
                          "seconds": median_seconds(lambda: network.update_mini_batch(x, y), repeats)})
     for count in (1, 2):  # the first layer's weight gradient as back_prop takes it: one row is an outer product
         a, d, out = rng.random((count, layers[0])), rng.random((count, layers[1])), np.empty(layers[:2])
-        measured.append({"kind": "weight gradient", "rows": count,
-                         "seconds": median_seconds(lambda: network._product_into(a.T, d, out), repeats)})
+        measured.append({"kind": "weight gradient", "rows": count, "seconds": median_seconds(lambda: network._product_into(a.T, d, out), repeats)})
     images = rng.integers(0, 256, (validation_rows, layers[0]), dtype=np.uint8)
     seconds = median_seconds(lambda: network.predict(images), max(3, repeats // 40), warmup=1)
     measured.append({"kind": "evaluate", "rows": validation_rows, "seconds": seconds})

@@ -146,8 +146,7 @@ def model(r, f):
     for c in rows[1:]:  # every run from serial's: its steps' compute and allreduce for serial's, less validation saved
         c["predicted"] = None if None in (c["compute"], c["exchange"], serial["compute"], r.model.evaluation) else r.serial["time"] \
             + c["m"]["steps"] * (c["compute"] + c["exchange"] - serial["compute"]) - r.model.evaluation * c["e"]["epochs"] * (1 - 1 / c["e"]["processes"])
-    last = rows[-1]  # Q3: the ring's model time for the gradient at the largest P against the measured allreduce
-    f["exchange_short"] = last["m"]["exchange"] < (1 - TIE) * last["exchange"] if last["m"]["exchange"] and last["exchange"] else None
+    f["exchange_short"] = (lambda c: c["m"]["exchange"] < (1 - TIE) * c["exchange"] if c["m"]["exchange"] and c["exchange"] else None)(rows[-1])  # Q3: the model short at the largest P
     f["account_miss"] = max((abs(error(c["predicted"], c["e"]["time"])) for c in rows[1:] if c["predicted"]), default=None)
     f["exchange_more_all"] = all(c["exchange"] > serial["compute"] - c["compute"] for c in rows[1:] if c["predicted"])
     f["last_busy"] = bool(crowded) and crowded[-1]["busy_cores"] >= BUSY * r.cores
@@ -295,7 +294,6 @@ def allreduce(r, f):
         f["gap"].update(model=model, behind=model > 0, messages=model - reduced, messages_save=model < reduced,
                         explains=reduced >= f["gap"]["runs"][1])
     f["parts"] = taken_apart(r.info.get("breakdown") or {})
-    f["mpi_slower"] = [x["processes"] for x in rows if x["size"] == largest and x["mpi_s"] > (1 + TIE) * x["ring_s"]]
     f["model_at"] = [dict(x, model={name: exchange_time(r.fits, name, x["processes"], largest) for name in ("naive", "ring")}) for x in rows if x["size"] == largest and {"naive", "ring"} <= set(r.fits)]
     f["model_short"] = [x["processes"] for x in f["model_at"] if x["model"]["naive"] < (1 - TIE) * x["naive_s"]]
 

@@ -6,6 +6,7 @@ one experiment broke, and a feature that has not landed yet (an option main.py r
 __all__ = ["Experiment", "experiment_matrix", "main_command", "run_training", "run_allreduce_test", "run_breakdown",
            "run_trace", "TRACES", "Progress", "machine_info", "ASYNC_VARIANTS"]
 
+import contextlib
 import json
 import os
 import platform
@@ -295,11 +296,8 @@ class Progress:
 
 def threads_per_core(path="/sys/devices/system/cpu/cpu0/topology/thread_siblings_list"):
     """Hardware threads sharing cpu0's core (1: every logical CPU is a core of its own), None where Linux does not say."""
-    try:
-        with open(path) as f:
-            return sum(int(b or a) - int(a) + 1 for a, _, b in (part.partition("-") for part in f.read().strip().split(",")))
-    except (OSError, ValueError):
-        return None
+    with contextlib.suppress(OSError, ValueError), open(path) as f:
+        return sum(int(b or a) - int(a) + 1 for a, _, b in (part.partition("-") for part in f.read().strip().split(",")))
 
 
 def machine_info():
