@@ -208,14 +208,14 @@ def asynchronous(r, f):
     f["wait_grows"] = all(x["a"]["worker_wait_per_batch"] > x["b"]["worker_wait_per_batch"] for x in grown if x["a"]["workers"] > x["b"]["workers"]) if grown else None
     if grown:  # Q7: the most workers added at one M; the masters set the rate when it grew < 1/4 as much as the workers
         x = max(grown, key=lambda x: (x["a"]["workers"] / x["b"]["workers"], x["a"]["workers"]))
-        gain = x["a"]["updates_per_second"] / x["b"]["updates_per_second"] - 1
-        f["rate_pair"] = dict(x, gain=gain, bound=gain < (x["a"]["workers"] / x["b"]["workers"] - 1) / 4)
+        gain, per_update = x["a"]["updates_per_second"] / x["b"]["updates_per_second"] - 1, 1 / x["a"]["updates_per_second"]
+        f["rate_pair"] = dict(x, gain=gain, bound=gain < (x["a"]["workers"] / x["b"]["workers"] - 1) / 4, per_update=per_update,
+                              busy_part=x["a"]["busy"] * per_update, wait_part=(1 - x["a"]["busy"]) * per_update)  # the busiest master's
     rates = [(e["workers"] / (e["worker_compute_per_batch"] + e["worker_wait_per_batch"]), e.get("updates_per_second")) for e in asked if e.get("worker_compute_per_batch") and e.get("worker_wait_per_batch")]
     f["rate_miss"] = max((abs(error(*x)) for x in rates if x[1]), default=None)
     f.update(gradient_range=spread(e["gradient_cpu"] for e in asked), wait_share=spread(e["wait_cpu"] / e["batch_cpu"] for e in asked if e["wait_cpu"] and e["batch_cpu"]))
     known = [x for x in f["async_pairs"] if None not in (x["a"]["wait_cpu"], x["b"]["wait_cpu"])]
-    f["wait_follows_time"] = all((x["a"]["wait_cpu"] > x["b"]["wait_cpu"]) == (x["a"]["time"] > x["b"]["time"])
-                                 for x in known) if known else None
+    f["wait_follows_time"] = all((x["a"]["wait_cpu"] > x["b"]["wait_cpu"]) == (x["a"]["time"] > x["b"]["time"]) for x in known) if known else None
 
 
 def collapse(r, f):

@@ -286,7 +286,7 @@ def test_q7_answers_first_and_says_from_the_rates_whether_the_masters_set_it(tmp
     assert "= 7. Why the parameter server is split across several masters *Answer:* because one master bounds" in pdf
     assert "the busiest master keeps 92.5 % of them with M = 2, so the cap rises only 1.08-fold." in pdf
     assert f"*Measured:* from 2 to 6 workers (M = 2) the updates per second {words} there." in pdf
-    assert "The busiest master was busy (not waiting for a gradient) 46 %–46 % of a run (question 5)" in pdf
+    assert "The busiest master was busy (not waiting for a gradient) 46 %–46 % of its training time (question 5)" in pdf
 
 
 def test_sections_are_the_course_questions_in_order(tmp_path):
@@ -726,3 +726,29 @@ def test_page_1_says_one_hardware_thread_per_core_only_where_the_machine_said_so
     results = fake_results(tmp_path / "out", matrix())
     results.machine["threads_per_core"] = threads
     assert ("*Machine:* 2 cores (test CPU, one hardware thread per core)" in flat(results, True)) == said
+
+
+@pytest.mark.parametrize("p8_time, overlap", [(2.0, True), (1.0, False)])
+def test_q6_says_when_the_fastest_runs_overlap_another_configuration(tmp_path, p8_time, overlap):
+    """Async on 2 masters at P = 4 (runs of 3, 2.5 and 1.5 s) and on 4 masters at P = 8 (`p8_time`, one run): the
+    fastest's runs overlap P = 4's when P = 8 took 2 s, not when it took 1 s."""
+    runs = matrix() + [async_row(4, 8, "course", p8_time, 80.0)]
+    first = next(row for row in runs if row["label"] == "async 2m")
+    runs += [dict(first, repeat=r, seed=r + 1, time=t) for r, t in ((1, 2.5), (2, 1.5))]
+    pdf = flat(fake_results(tmp_path / "out", runs), True)
+    assert f"*Answer:* the fastest run was M = 4, P = 8 ({p8_time:.2f} s, 80.00 %" in pdf
+    assert ("its runs overlap those of M = 2, P = 4" in pdf) == overlap
+
+
+def test_q7_splits_the_time_per_update_into_the_busiest_masters_updating_and_its_waits(tmp_path):
+    """2 masters, 2 then 6 workers; at P = 8 (2.5 s) 60 updates in 2.25 s: one every 37.5 ms, the busiest master
+    (101,130 parameters, 808 KB per gradient) busy 0.5 × 101,130 / 109,386 of it; one message α + 101,130 β."""
+    runs = matrix() + [async_row(2, 8, "course", 2.5, 9.58)]
+    for row in runs:
+        if row["label"] == "async 2m":
+            row["master_bytes_received_per_update"] = [8 * n for n in row["shard_sizes"]]
+    pdf = flat(fake_results(tmp_path / "out", runs), True)
+    per_update, busy = 2.25 / 60, 0.5 * 101130 / 109386
+    assert (f"With 6 workers an update came every {1e3 * per_update:.3g} ms: {1e3 * busy * per_update:.3g} ms of the "
+            f"busiest master's updating and {1e3 * (1 - busy) * per_update:.3g} ms in its waits, where one 0.81 MB "
+            f"message alone takes {1e3 * (ALPHA + 101130 * BETA):.3g} ms") in pdf
