@@ -202,20 +202,20 @@ def asynchronous(r, f):
     f["masters_idle"] = f["busy_range"] and f["busy_range"][1] < BUSY  # none busy (nearly) all the time: none capped
     same = [next((e for e in course if (e["masters"], e["workers"]) == (m, 4)), None) for m in (2, 4)]  # Q7: 4 workers
     f["split_pair"] = dict(two=same[0], four=same[1], speed=speed(same[1]["time"], same[0]["time"]), overlap=overlap(same[0]["time_range"], same[1]["time_range"])) if all(same) else None
-    f["layer_bytes"] = max((max(e.get("master_bytes_received_per_update") or [0]) for e in asked), default=0) or None
-    f["layer_one_way"] = f["layer_bytes"] and "ring" in r.fits and r.fits["ring"][0] + f["layer_bytes"] / 8 * r.fits["ring"][1]
+    one_way = lambda size: size and "ring" in r.fits and r.fits["ring"][0] + size / 8 * r.fits["ring"][1]  # noqa: E731 - α + nβ
     grown = [x for x in f["async_pairs"] if x["a"]["masters"] == x["b"]["masters"] and x["a"].get("updates_per_second") and x["b"].get("updates_per_second")]
     f["wait_grows"] = all(x["a"]["worker_wait_per_batch"] > x["b"]["worker_wait_per_batch"] for x in grown if x["a"]["workers"] > x["b"]["workers"]) if grown else None
     if grown:  # Q7: the most workers added at one M; the masters set the rate when it grew < 1/4 as much as the workers
         x = max(grown, key=lambda x: (x["a"]["workers"] / x["b"]["workers"], x["a"]["workers"]))
         gain, per_update = x["a"]["updates_per_second"] / x["b"]["updates_per_second"] - 1, 1 / x["a"]["updates_per_second"]
+        message, wait = max(x["a"].get("master_bytes_received_per_update") or [0]) or None, (1 - x["a"]["busy"]) * per_update
         f["rate_pair"] = dict(x, gain=gain, bound=gain < (x["a"]["workers"] / x["b"]["workers"] - 1) / 4, per_update=per_update,
-                              busy_part=x["a"]["busy"] * per_update, wait_part=(1 - x["a"]["busy"]) * per_update)  # the busiest master's
+                              busy_part=x["a"]["busy"] * per_update, wait_part=wait, message=message, message_time=one_way(message),
+                              hardly_idle=bool(one_way(message)) and wait < 1.5 * one_way(message))  # the busiest master's waits
     rates = [(e["workers"] / (e["worker_compute_per_batch"] + e["worker_wait_per_batch"]), e.get("updates_per_second")) for e in asked if e.get("worker_compute_per_batch") and e.get("worker_wait_per_batch")]
     f["rate_miss"] = max((abs(error(*x)) for x in rates if x[1]), default=None)
     f.update(gradient_range=spread(e["gradient_cpu"] for e in asked), wait_share=spread(e["wait_cpu"] / e["batch_cpu"] for e in asked if e["wait_cpu"] and e["batch_cpu"]))
-    known = [x for x in f["async_pairs"] if None not in (x["a"]["wait_cpu"], x["b"]["wait_cpu"])]
-    f["wait_follows_time"] = all((x["a"]["wait_cpu"] > x["b"]["wait_cpu"]) == (x["a"]["time"] > x["b"]["time"]) for x in known) if known else None
+    f["wait_follows_time"] = (lambda known: known and all((x["a"]["wait_cpu"] > x["b"]["wait_cpu"]) == (x["a"]["time"] > x["b"]["time"]) for x in known))([x for x in f["async_pairs"] if None not in (x["a"]["wait_cpu"], x["b"]["wait_cpu"])] or None)
 
 
 def collapse(r, f):

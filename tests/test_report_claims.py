@@ -736,19 +736,24 @@ def test_q6_says_when_the_fastest_runs_overlap_another_configuration(tmp_path, p
     first = next(row for row in runs if row["label"] == "async 2m")
     runs += [dict(first, repeat=r, seed=r + 1, time=t) for r, t in ((1, 2.5), (2, 1.5))]
     pdf = flat(fake_results(tmp_path / "out", runs), True)
-    assert f"*Answer:* the fastest run was M = 4, P = 8 ({p8_time:.2f} s, 80.00 %" in pdf
+    assert f"*Answer:* by median time the fastest was M = 4, P = 8 ({p8_time:.2f} s, 80.00 %" in pdf
     assert ("its runs overlap those of M = 2, P = 4" in pdf) == overlap
 
 
-def test_q7_splits_the_time_per_update_into_the_busiest_masters_updating_and_its_waits(tmp_path):
+@pytest.mark.parametrize("scale, words", [(1, "well above the {:.3g} ms that one of its 0.81 MB "
+                                                  "messages alone takes (α + nβ of question 11): that master had idle time."),
+                                              (100, "little more than the {:.3g} ms that one of its 80.90 MB "
+                                               "messages alone takes (α + nβ of question 11): that master was hardly idle.")])
+def test_q7_splits_the_time_per_update_into_the_busiest_masters_updating_and_its_waits(tmp_path, scale, words):
     """2 masters, 2 then 6 workers; at P = 8 (2.5 s) 60 updates in 2.25 s: one every 37.5 ms, the busiest master
-    (101,130 parameters, 808 KB per gradient) busy 0.5 × 101,130 / 109,386 of it; one message α + 101,130 β."""
+    (101,130 parameters) busy 0.5 × 101,130 / 109,386 of it, so 20.2 ms in its waits; its message `scale` × 101,130
+    elements takes α + nβ: 0.222 ms, or 20.2 ms, within 1.5 times the waits."""
     runs = matrix() + [async_row(2, 8, "course", 2.5, 9.58)]
     for row in runs:
         if row["label"] == "async 2m":
-            row["master_bytes_received_per_update"] = [8 * n for n in row["shard_sizes"]]
+            row["master_bytes_received_per_update"] = [8 * scale * n for n in row["shard_sizes"]]
     pdf = flat(fake_results(tmp_path / "out", runs), True)
     per_update, busy = 2.25 / 60, 0.5 * 101130 / 109386
     assert (f"With 6 workers an update came every {1e3 * per_update:.3g} ms: {1e3 * busy * per_update:.3g} ms of the "
-            f"busiest master's updating and {1e3 * (1 - busy) * per_update:.3g} ms in its waits, where one 0.81 MB "
-            f"message alone takes {1e3 * (ALPHA + 101130 * BETA):.3g} ms") in pdf
+            f"busiest master's updating and {1e3 * (1 - busy) * per_update:.3g} ms in its waits, "
+            + words.format(1e3 * (ALPHA + scale * 101130 * BETA))) in pdf
