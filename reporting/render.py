@@ -211,7 +211,7 @@ def asynchronous(r, f):
         message, wait = max(x["a"].get("master_bytes_received_per_update") or [0]) or None, (1 - x["a"]["busy"]) * per_update
         f["rate_pair"] = dict(x, gain=gain, bound=gain < (x["a"]["workers"] / x["b"]["workers"] - 1) / 4, per_update=per_update,
                               busy_part=x["a"]["busy"] * per_update, wait_part=wait, message=message, message_time=one_way(message),
-                              hardly_idle=bool(one_way(message)) and wait < 1.5 * one_way(message))  # the busiest master's waits
+                              hardly_idle=bool(one_way(message)) and wait < 2 * one_way(message))  # its waits against gradient in, reply out
     rates = [(e["workers"] / (e["worker_compute_per_batch"] + e["worker_wait_per_batch"]), e.get("updates_per_second")) for e in asked if e.get("worker_compute_per_batch") and e.get("worker_wait_per_batch")]
     f["rate_miss"] = max((abs(error(*x)) for x in rates if x[1]), default=None)
     f.update(gradient_range=spread(e["gradient_cpu"] for e in asked), wait_share=spread(e["wait_cpu"] / e["batch_cpu"] for e in asked if e["wait_cpu"] and e["batch_cpu"]))

@@ -740,14 +740,14 @@ def test_q6_says_when_the_fastest_runs_overlap_another_configuration(tmp_path, p
     assert ("its runs overlap those of M = 2, P = 4" in pdf) == overlap
 
 
-@pytest.mark.parametrize("scale, words", [(1, "well above the {:.3g} ms that one of its 0.81 MB "
-                                                  "messages alone takes (α + nβ of question 11): that master had idle time."),
-                                              (100, "little more than the {:.3g} ms that one of its 80.90 MB "
-                                               "messages alone takes (α + nβ of question 11): that master was hardly idle.")])
+@pytest.mark.parametrize("scale, words", [(1, "more than the 2 × {:.3g} ms that its 0.81 MB gradient in and reply out "
+                                              "take alone (α + nβ each, question 11): it was idle beyond its transfers."),
+                                          (100, "less than the 2 × {:.3g} ms that its 80.90 MB gradient in and reply out "
+                                                "take alone (α + nβ each, question 11): its transfers alone could fill its waits.")])
 def test_q7_splits_the_time_per_update_into_the_busiest_masters_updating_and_its_waits(tmp_path, scale, words):
     """2 masters, 2 then 6 workers; at P = 8 (2.5 s) 60 updates in 2.25 s: one every 37.5 ms, the busiest master
     (101,130 parameters) busy 0.5 × 101,130 / 109,386 of it, so 20.2 ms in its waits; its message `scale` × 101,130
-    elements takes α + nβ: 0.222 ms, or 20.2 ms, within 1.5 times the waits."""
+    elements takes α + nβ: 0.222 ms, or 20.2 ms, so two of them take more than the waits."""
     runs = matrix() + [async_row(2, 8, "course", 2.5, 9.58)]
     for row in runs:
         if row["label"] == "async 2m":
