@@ -146,7 +146,6 @@ def model(r, f):
     for c in rows[1:]:  # every run from serial's: its steps' compute and allreduce for serial's, less validation saved
         c["predicted"] = None if None in (c["compute"], c["exchange"], serial["compute"], r.model.evaluation) else r.serial["time"] \
             + c["m"]["steps"] * (c["compute"] + c["exchange"] - serial["compute"]) - r.model.evaluation * c["e"]["epochs"] * (1 - 1 / c["e"]["processes"])
-    f["exchange_short"] = (lambda c: c["m"]["exchange"] < (1 - TIE) * c["exchange"] if c["m"]["exchange"] and c["exchange"] else None)(rows[-1])  # Q3: the model short at the largest P
     f["account_miss"] = max((abs(error(c["predicted"], c["e"]["time"])) for c in rows[1:] if c["predicted"]), default=None)
     f["exchange_more_all"] = all(c["exchange"] > serial["compute"] - c["compute"] for c in rows[1:] if c["predicted"])
     f["last_busy"] = bool(crowded) and crowded[-1]["busy_cores"] >= BUSY * r.cores
@@ -156,8 +155,6 @@ def model(r, f):
     f["exchange_cpu_most"] = all(c["exchange_cpu"] > c["compute_cpu"] for c in clocked) if clocked else None
     f["step_alone_rows"] = alone = [x for x in r.compute_rows if x["kind"] == "step" and x["rows"] in (1, 2, 4, 8, 16)]
     f["weight_gradient"] = {x["rows"]: x["seconds"] for x in r.compute_rows if x["kind"] == "weight gradient"}
-    steps = {x["part"]: x for x in (r.info.get("breakdown") or {}).get("rows") or [] if x["part"].startswith("step ")}
-    f["together"] = steps if {"step alone", "step together"} <= set(steps) else None  # Q3: two ranks stepping at once
     fit = statistics.linear_regression(*zip(*[(x["rows"], x["seconds"]) for x in alone if x["rows"] > 1]))
     step = fit.intercept + fit.slope * r.model.batch
     fastest = min(alone, key=lambda x: x["seconds"])  # the measured bound: 16 rows' step over the fastest share's
@@ -212,8 +209,6 @@ def asynchronous(r, f):
         f["rate_pair"] = dict(x, gain=gain, bound=gain < (x["a"]["workers"] / x["b"]["workers"] - 1) / 4, per_update=per_update,
                               busy_part=x["a"]["busy"] * per_update, wait_part=wait, message=message, message_time=one_way(message),
                               hardly_idle=bool(one_way(message)) and wait < 2 * one_way(message))  # its waits against gradient in, reply out
-    rates = [(e["workers"] / (e["worker_compute_per_batch"] + e["worker_wait_per_batch"]), e.get("updates_per_second")) for e in asked if e.get("worker_compute_per_batch") and e.get("worker_wait_per_batch")]
-    f["rate_miss"] = max((abs(error(*x)) for x in rates if x[1]), default=None)
     f.update(gradient_range=spread(e["gradient_cpu"] for e in asked), wait_share=spread(e["wait_cpu"] / e["batch_cpu"] for e in asked if e["wait_cpu"] and e["batch_cpu"]))
     f["wait_follows_time"] = (lambda known: known and all((x["a"]["wait_cpu"] > x["b"]["wait_cpu"]) == (x["a"]["time"] > x["b"]["time"]) for x in known))([x for x in f["async_pairs"] if None not in (x["a"]["wait_cpu"], x["b"]["wait_cpu"])] or None)
 
@@ -332,9 +327,10 @@ def consoles(r, f):
     counts = sorted({x["processes"] for x in r.allreduce} & set(COURSE_ALLREDUCE))
     for p in counts:
         check_timing_console(r.console("allreduce_test", p), [x for x in r.allreduce if x["processes"] == p])
+    two = (2,) if max(r.settings["processes"]) > r.cores else ()  # P = 2: on 2 cores the one run with a core each
     f.update(console_sync=quoted(strong), console_async=quoted(default), console_async_asked=quoted(asked),
-             console_sync_asked=quoted([pair for pair in strong if pair[1] in (1, 2) + COURSE_SYNC]),  # P = 2: a core each
-             sync_asked=[p for _, p in strong if p in (2,) + COURSE_SYNC and r.console("sync ring strong", p)],
+             console_sync_asked=quoted([pair for pair in strong if pair[1] in (1,) + two + COURSE_SYNC]),
+             sync_asked=[p for _, p in strong if p in two + COURSE_SYNC and r.console("sync ring strong", p)],
              console_allreduce=quoted([("allreduce_test", p) for p in counts]))
 
 
