@@ -11,7 +11,6 @@ __all__ = ["figures", "render", "write_report", "check_questions", "check_consol
 import math
 import os
 import re
-import statistics
 
 import jinja2
 import markupsafe
@@ -123,7 +122,7 @@ def sync(r, f):
 
 def model(r, f):
     """Q3 and Q4: serial's and each strong run's step as the runs clocked it (compute and allreduce, wall and CPU),
-    P = 2's time accounted from serial's, and Amdahl's serial part: a step alone fitted to a + b·rows."""
+    and each run's time accounted from serial's."""
     rows = []
     for e in [r.serial] + r.series("sync ring strong"):
         m, cpu, turns = r.model.run(e), e.get("cpu_time_per_rank"), e.get("core_turns_per_rank")
@@ -153,14 +152,6 @@ def model(r, f):
     f["slower_with_p"] = all(a < b for a, b in zip(times[1:], times[2:])) and times[-1] > r.serial["time"]
     clocked = [c for c in crowded if None not in (c["exchange_cpu"], c["compute_cpu"])]
     f["exchange_cpu_most"] = all(c["exchange_cpu"] > c["compute_cpu"] for c in clocked) if clocked else None
-    f["step_alone_rows"] = alone = [x for x in r.compute_rows if x["kind"] == "step" and x["rows"] in (1, 2, 4, 8, 16)]
-    f["weight_gradient"] = {x["rows"]: x["seconds"] for x in r.compute_rows if x["kind"] == "weight gradient"}
-    fit = statistics.linear_regression(*zip(*[(x["rows"], x["seconds"]) for x in alone if x["rows"] > 1]))
-    step = fit.intercept + fit.slope * r.model.batch
-    fastest = min(alone, key=lambda x: x["seconds"])  # the measured bound: 16 rows' step over the fastest share's
-    f["amdahl"] = dict(fixed=fit.intercept, per_row=fit.slope, share=fit.intercept / step, bound=step / fit.intercept,
-                       update_step=per_step(r.serial, "update_time"), fastest=fastest,
-                       measured_bound=alone[-1]["seconds"] / fastest["seconds"])
 
 
 def speed(time, reference):
@@ -199,16 +190,12 @@ def asynchronous(r, f):
     f["masters_idle"] = f["busy_range"] and f["busy_range"][1] < BUSY  # none busy (nearly) all the time: none capped
     same = [next((e for e in course if (e["masters"], e["workers"]) == (m, 4)), None) for m in (2, 4)]  # Q7: 4 workers
     f["split_pair"] = dict(two=same[0], four=same[1], speed=speed(same[1]["time"], same[0]["time"]), overlap=overlap(same[0]["time_range"], same[1]["time_range"])) if all(same) else None
-    one_way = lambda size: size and "ring" in r.fits and r.fits["ring"][0] + size / 8 * r.fits["ring"][1]  # noqa: E731 - α + nβ
     grown = [x for x in f["async_pairs"] if x["a"]["masters"] == x["b"]["masters"] and x["a"].get("updates_per_second") and x["b"].get("updates_per_second")]
     f["wait_grows"] = all(x["a"]["worker_wait_per_batch"] > x["b"]["worker_wait_per_batch"] for x in grown if x["a"]["workers"] > x["b"]["workers"]) if grown else None
     if grown:  # Q7: the most workers added at one M; the masters set the rate when it grew < 1/4 as much as the workers
         x = max(grown, key=lambda x: (x["a"]["workers"] / x["b"]["workers"], x["a"]["workers"]))
-        gain, per_update = x["a"]["updates_per_second"] / x["b"]["updates_per_second"] - 1, 1 / x["a"]["updates_per_second"]
-        message, wait = max(x["a"].get("master_bytes_received_per_update") or [0]) or None, (1 - x["a"]["busy"]) * per_update
-        f["rate_pair"] = dict(x, gain=gain, bound=gain < (x["a"]["workers"] / x["b"]["workers"] - 1) / 4, per_update=per_update,
-                              busy_part=x["a"]["busy"] * per_update, wait_part=wait, message=message, message_time=one_way(message),
-                              hardly_idle=bool(one_way(message)) and wait < 2 * one_way(message))  # its waits against gradient in, reply out
+        gain = x["a"]["updates_per_second"] / x["b"]["updates_per_second"] - 1
+        f["rate_pair"] = dict(x, gain=gain, bound=gain < (x["a"]["workers"] / x["b"]["workers"] - 1) / 4)
     f.update(gradient_range=spread(e["gradient_cpu"] for e in asked), wait_share=spread(e["wait_cpu"] / e["batch_cpu"] for e in asked if e["wait_cpu"] and e["batch_cpu"]))
     f["wait_follows_time"] = (lambda known: known and all((x["a"]["wait_cpu"] > x["b"]["wait_cpu"]) == (x["a"]["time"] > x["b"]["time"]) for x in known))([x for x in f["async_pairs"] if None not in (x["a"]["wait_cpu"], x["b"]["wait_cpu"])] or None)
 

@@ -155,8 +155,8 @@ def test_q4_names_amdahls_law_first_and_says_whether_gustafsons_sense_gained(tmp
             "0.80× at P = 2 (at P* the ranks share 2 cores") in flat(results, True)
 
 
-@pytest.mark.parametrize("plain, words", [((92.0, 93.0), "Mean accuracy 92.00 %–93.00 %, each above serial's 91.50 %"),
-                                          ((92.0, 60.0), "Mean accuracy 60.00 %–92.00 %, not each above serial's 91.50 %")])
+@pytest.mark.parametrize("plain, words", [((92.0, 93.0), "mean accuracy 92.00 %–93.00 %, each above serial's 91.50 %"),
+                                          ((92.0, 60.0), "mean accuracy 60.00 %–92.00 %, not each above serial's 91.50 %")])
 def test_q4_weak_scaling_keeps_serials_steps_and_says_whether_it_kept_the_accuracy(tmp_path, plain, words):
     """Plain SGD's weak runs take serial's 60 steps with 16P samples each (P = 4: 1,920 samples per epoch); their
     accuracy against serial's mean, at or above it or not."""
@@ -527,8 +527,9 @@ def test_q10_means_are_over_the_seeds(tmp_path):
 
 
 @pytest.mark.parametrize("slow_naive, words", [
-    (1.0, "was 0.242 ms–0.242 ms over the 1 run: the extra reduction accounts for all of it."),
-    (0.9, "the extra reduction accounts for all of it."),
+    (1.0, "was 0.242 ms–0.242 ms over the 1 run: the extra reduction is as large as the whole gap (the model puts it "
+          "8 %–8 % above the runs)."),
+    (0.9, "the extra reduction is as large as the whole gap (the model puts it"),
     (3.0, "the extra reduction explains part of it, the messages the rest.")])
 def test_q11_sets_the_p2_gap_against_the_reduction_the_link_constants_predict(tmp_path, slow_naive, words):
     """At P = 2 and n = 2^20 naive reduces n/2 more elements than the ring: n γ / 2 = 0.262 ms, less one α (the exact
@@ -569,7 +570,7 @@ def test_q11_names_the_measured_size_from_which_the_ring_is_faster(tmp_path, slo
     fake_results(out, matrix(), allreduce=False)
     write_csv(str(out / "allreduce.csv"), rows)
     pdf = flat(Results(str(out)), True)
-    assert f"the ring was faster by more than 3 % from 262,144 elements on at P = 2; from {words}." in pdf
+    assert f"it was faster by more than 3 % from 262,144 elements on at P = 2; from {words}." in pdf
 
 
 def timing_console(p, repeat, rows):
@@ -704,21 +705,6 @@ def test_q3_with_a_core_per_rank_says_whether_compute_and_allreduce_outlasted_se
     assert f"Per step, a rank's compute and allreduce together took {words} (table):" in flat(Results(str(out)), True)
 
 
-@pytest.mark.parametrize("one_row, shown", [(400e-6, True), (150e-6, False)])
-def test_q4_gives_the_one_row_step_its_measured_cause_only_when_it_is_off_the_line(tmp_path, one_row, shown):
-    """A step on 1 row taking `one_row` against 2 rows' 220 us: slower, so off the line, and the first layer's weight
-    gradient timed on 1 and 2 rows (0.15 and 0.03 ms) says why; faster, and neither is said."""
-    out = tmp_path / "out"
-    fake_results(out, matrix())
-    rows = compute_rows(10e-6)
-    rows[0]["seconds"] = one_row
-    rows += [{"kind": "weight gradient", "rows": 1, "seconds": 150e-6}, {"kind": "weight gradient", "rows": 2, "seconds": 30e-6}]
-    write_csv(str(out / "compute.csv"), rows)
-    pdf = flat(Results(str(out)), True)
-    words = "(1 row is slower than 2: its first-layer weight gradient took 0.15 ms, 2 rows' 0.03 ms)"
-    assert (words in pdf) == shown
-
-
 @pytest.mark.parametrize("threads, said", [(1, True), (2, False), (None, False)])
 def test_page_1_says_one_hardware_thread_per_core_only_where_the_machine_said_so(tmp_path, threads, said):
     results = fake_results(tmp_path / "out", matrix())
@@ -734,24 +720,7 @@ def test_q6_says_when_the_fastest_runs_overlap_another_configuration(tmp_path, p
     first = next(row for row in runs if row["label"] == "async 2m")
     runs += [dict(first, repeat=r, seed=r + 1, time=t) for r, t in ((1, 2.5), (2, 1.5))]
     pdf = flat(fake_results(tmp_path / "out", runs), True)
-    assert f"*Answer:* by median time the fastest was M = 4, P = 8 ({p8_time:.2f} s, 80.00 %" in pdf
-    assert ("its runs overlap those of M = 2, P = 4" in pdf) == overlap
-
-
-@pytest.mark.parametrize("scale, words", [(1, "0.81 MB gradient and sending the reply: 2 × {:.3g} ms by the ping-pong of "
-                                              "question 11, less than its 20.2 ms of waiting per update, so it was idle "
-                                              "beyond its transfers."),
-                                          (100, "80.90 MB gradient and sending the reply: 2 × {:.3g} ms by the ping-pong of "
-                                                "question 11, more than its 20.2 ms of waiting per update, so its waits "
-                                                "hold its transfers, not idleness.")])
-def test_q7_splits_the_time_per_update_into_the_busiest_masters_updating_and_its_waits(tmp_path, scale, words):
-    """2 masters, 2 then 6 workers; at P = 8 (2.5 s) 60 updates in 2.25 s: one every 37.5 ms, the busiest master
-    (101,130 parameters) busy 0.5 × 101,130 / 109,386 of it, so 20.2 ms in its waits; its message `scale` × 101,130
-    elements takes α + nβ: 0.222 ms, or 20.2 ms, so two of them take more than the waits."""
-    runs = matrix() + [async_row(2, 8, "course", 2.5, 9.58)]
-    for row in runs:
-        if row["label"] == "async 2m":
-            row["master_bytes_received_per_update"] = [8 * scale * n for n in row["shard_sizes"]]
-    pdf = flat(fake_results(tmp_path / "out", runs), True)
-    assert ("The busiest master's own clock shows it applying updates 46 % of its training time; the rest, inside "
-            "MPI's waits, includes receiving each " + words.format(1e3 * (ALPHA + scale * 101130 * BETA))) in pdf
+    tied = (f"*Answer:* the fastest were M = 4, P = 8 ({p8_time:.2f} s by median, 80.00 %) and M = 2, P = 4 (2.50 s, "
+            "9.58 %), whose runs overlap: these seeds do not tell them apart;")
+    assert (tied in pdf) == overlap
+    assert (f"*Answer:* the fastest was M = 4, P = 8 ({p8_time:.2f} s, 80.00 %);" in pdf) != overlap
