@@ -60,10 +60,10 @@ def log2_axis(ax, values):
     ax.minorticks_off()
 
 
-def plot_series(results, path, x, y, serial_label, only=None, bands=((None, None),), **axes):
+def plot_series(results, path, x, y, serial_label, only=None, bands=((None, None),), keep=lambda e: True, **axes):
     """Every parallel series' `y` against its `x` (entry keys; y "mean_accuracy": the seeds' mean, each seed's own
     accuracy a hollow marker), or those labelled in `only`; serial as a line. A panel per (low, high) limits of y
-    in `bands`, the legend beside the last."""
+    in `bands`, the legend beside the last; only the entries `keep` accepts."""
     order = results.labels("sync") + results.labels("async")
     labels = [l for l in order if results.series(l) and (only is None or l in only)]
     if not labels:
@@ -71,7 +71,7 @@ def plot_series(results, path, x, y, serial_label, only=None, bands=((None, None
     fig, panels = figure(2.0, len(bands), squeeze=False)
     for ax, band in zip(panels[0], bands):
         for label in labels:
-            series = results.series(label)
+            series = [e for e in results.series(label) if keep(e)]
             values, style = [e[y] for e in series], series_style(label, order)
             ax.plot([e[x] for e in series], values, label=NAMES.get(label, label), zorder=3, **style)
             if y == "mean_accuracy":  # every seed too, hollow, at the true x: one seed's collapse shows as such
@@ -81,7 +81,7 @@ def plot_series(results, path, x, y, serial_label, only=None, bands=((None, None
         if results.serial:  # thin and dashed, over the series: visible where a series lies on serial's value
             ax.axhline(results.serial[y], color="k", linewidth=1.2, linestyle=(0, (3, 3)), zorder=4,
                        label=serial_label.format(results.serial[y]))
-        log2_axis(ax, [e[x] for l in labels for e in results.series(l)])
+        log2_axis(ax, [e[x] for l in labels for e in results.series(l) if keep(e)])
         ax.set(**{key: value for key, value in axes.items() if key not in ("xlabel", "ylabel")})
         if band != (None, None):
             ax.set_ylim(*band)
@@ -93,12 +93,15 @@ def plot_series(results, path, x, y, serial_label, only=None, bands=((None, None
 
 # Question 8's series: sync with the ring (strong scaling), async on 2 and 4 masters (the course's algorithm)
 ACCURACY_SERIES = ("sync ring strong", "async 2m", "async 4m")
+COURSE_SYNC = (4, 8, 16)  # the course's sync runs (question 2)
 
 
 def plot_accuracy(results, path):
     """Final test accuracy against the number of workers (question 8), the seeds' mean and each seed."""
-    plot_series(results, path, "workers", "mean_accuracy", "serial ({:.2f} %)", ACCURACY_SERIES,
-                bands=((0, 100),), xlabel="workers (log₂ scale; sync: P, async: P − masters)",
+    alone = results.cores >= max(results.settings["processes"])  # a core per rank: the course's P alone, as question 2
+    plot_series(results, path, "workers", "mean_accuracy", "serial ({:.2f} %)", ACCURACY_SERIES, bands=((0, 100),),
+                keep=lambda e: not alone or e["mode"] != "sync" or e["processes"] in COURSE_SYNC,
+                xlabel="workers (log₂ scale; sync: P, async: P − masters)",
                 ylabel="test accuracy (%)")
 
 

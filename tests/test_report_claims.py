@@ -155,11 +155,11 @@ def test_q4_names_amdahls_law_first_and_says_whether_gustafsons_sense_gained(tmp
             "0.80× at P = 2 (at P* the ranks share 2 cores") in flat(results, True)
 
 
-@pytest.mark.parametrize("plain, words", [((92.0, 93.0), "mean accuracy 92.00 %–93.00 %, each above serial's 91.50 %"),
-                                          ((92.0, 60.0), "mean accuracy 60.00 %–92.00 %, not each above serial's 91.50 %")])
-def test_q4_weak_scaling_keeps_serials_steps_and_says_whether_it_kept_the_accuracy(tmp_path, plain, words):
+@pytest.mark.parametrize("plain, words", [((92.0, 93.0), "mean accuracy 92.00 %–93.00 % after P times serial's samples."),
+                                          ((92.0, 60.0), "mean accuracy 60.00 %–92.00 % after P times serial's samples.")])
+def test_q4_weak_scaling_keeps_serials_steps_and_gives_its_accuracy(tmp_path, plain, words):
     """Plain SGD's weak runs take serial's 60 steps with 16P samples each (P = 4: 1,920 samples per epoch); their
-    accuracy against serial's mean, at or above it or not."""
+    mean accuracies' range, not set against serial's, which saw P times fewer samples."""
     pdf = flat(fake_results(tmp_path / "out", matrix(plain_accuracy=plain)), True)
     assert "took 1.50 s, 1.50 s at P = 2, 4*: 2.67×, 5.33× serial's samples per second" in pdf
     assert words in pdf
@@ -687,7 +687,7 @@ def test_q7_compares_2_and_4_masters_at_the_same_4_workers(tmp_path, four_time, 
     each worker exchanging with the 3 masters that own layers (master 0 owns none)."""
     runs = matrix() + [async_row(2, 6, "course", 3.0, 60.0), async_row(4, 8, "course", four_time, 80.0)]
     pdf = flat(fake_results(tmp_path / "out", runs), True)
-    assert (f"With the same 4 workers, 2 masters made 22 updates per second (P = 6) and 4 masters "
+    assert (f"With the same 4 workers, 2 masters made 22 updates per second (P = 6, 2.70 s of training) and 4 masters "
             f"{60 / (0.9 * four_time):,.0f}: {verdict}.") in pdf
 
 
