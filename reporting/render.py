@@ -196,6 +196,9 @@ def asynchronous(r, f):
         x = max(grown, key=lambda x: (x["a"]["workers"] / x["b"]["workers"], x["a"]["workers"]))
         gain = x["a"]["updates_per_second"] / x["b"]["updates_per_second"] - 1
         f["rate_pair"] = dict(x, gain=gain, bound=gain < (x["a"]["workers"] / x["b"]["workers"] - 1) / 4)
+    by_m = [sorted((e for e in course if e["masters"] == m and e.get("updates_per_second") and e["d_max"]), key=lambda e: e["workers"]) for m in (2, 4)]
+    fell = [(a, b) for runs in by_m for a, b in zip(runs, runs[1:]) if b["updates_per_second"] < a["updates_per_second"]]  # Q6: more workers, fewer updates
+    f["rate_fall"] = [dict(a=a, b=b, explains=abs(b["updates_per_second"] / a["updates_per_second"] - a["d_max"] / b["d_max"]) <= TIE) for a, b in fell[:1]]
     f.update(gradient_range=spread(e["gradient_cpu"] for e in asked), wait_share=spread(e["wait_cpu"] / e["batch_cpu"] for e in asked if e["wait_cpu"] and e["batch_cpu"]))
     f["wait_follows_time"] = (lambda known: known and all((x["a"]["wait_cpu"] > x["b"]["wait_cpu"]) == (x["a"]["time"] > x["b"]["time"]) for x in known))([x for x in f["async_pairs"] if None not in (x["a"]["wait_cpu"], x["b"]["wait_cpu"])] or None)
 
@@ -218,6 +221,12 @@ def collapse(r, f):
         beyond_collapsed=None if None in counts else sum(counts),
         staleness_bound=beyond[0].get("max_staleness") if beyond else None,
         compensation=beyond[0].get("compensation") if beyond else None)
+    chance = max(r.info.get("test_label_shares") or [0])  # the largest digit's share of the test labels, in %
+    epochs = lambda x: [float(a) for a in str(x.get("epoch_accuracy") or "").split(";") if a]  # noqa: E731
+    f["recovered"] = [dict(e=e, run=x, chance=chance, low=[(i + 1, a) for i, a in enumerate(epochs(x)[:-1]) if a <= chance])
+                      for e in course for x in e["seed_runs"] if x.get("top_class_share") is not None
+                      and x["top_class_share"] < COLLAPSED_FROM and any(a <= chance for a in epochs(x)[:-1])]  # Q9
+    f["recovered"].sort(key=lambda x: (x["e"]["masters"], x["e"]["processes"]) not in COURSE_ASYNC)  # a console shown first
     control = [(e, r.get(f"serial lr x{e['workers']}", 1)) for e in course if e["workers"] > 1]
     f["larger_by"] = {f"{e['processes']}/{e['masters']}": f"{c['mean_accuracy']:.2f} %, {c['collapsed_runs']} of {c['ok_runs']}"
                       for e, c in control if c}
