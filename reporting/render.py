@@ -198,7 +198,7 @@ def asynchronous(r, f):
         f["rate_pair"] = dict(x, gain=gain, bound=gain < (x["a"]["workers"] / x["b"]["workers"] - 1) / 4)
     by_m = [sorted((e for e in course if e["masters"] == m and e.get("updates_per_second") and e["d_max"]), key=lambda e: e["workers"]) for m in (2, 4)]
     fell = [(a, b) for runs in by_m for a, b in zip(runs, runs[1:]) if b["updates_per_second"] < a["updates_per_second"]]  # Q6: more workers, fewer updates
-    f["rate_fall"] = [dict(a=a, b=b, explains=abs(b["updates_per_second"] / a["updates_per_second"] - a["d_max"] / b["d_max"]) <= TIE) for a, b in fell[:1]]
+    f["rate_fall"] = [dict(a=a, b=b) for a, b in fell[:1]]
     f.update(gradient_range=spread(e["gradient_cpu"] for e in asked), wait_share=spread(e["wait_cpu"] / e["batch_cpu"] for e in asked if e["wait_cpu"] and e["batch_cpu"]))
     f["wait_follows_time"] = (lambda known: known and all((x["a"]["wait_cpu"] > x["b"]["wait_cpu"]) == (x["a"]["time"] > x["b"]["time"]) for x in known))([x for x in f["async_pairs"] if None not in (x["a"]["wait_cpu"], x["b"]["wait_cpu"])] or None)
 

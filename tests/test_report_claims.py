@@ -726,11 +726,10 @@ def test_q6_names_the_fastest_configuration_whose_runs_did_not_collapse(tmp_path
     assert f"Those with collapsed runs took {gone}, but their models are useless (question 9)." in pdf
 
 
-@pytest.mark.parametrize("service8, words", [(1.15, "its slower updates account for the fall"),
-                                             (1.0, "its slower updates do not account for the whole fall")])
-def test_q6_sets_a_fall_in_the_rate_against_the_busiest_masters_time_per_update(tmp_path, service8, words):
-    """2 masters, 2 workers (P = 4, 3 s) then 6 (P = 8, 3.45 s): the rate falls 13 %; the busiest master's time per
-    update grows 15 % (as much) or not at all."""
+@pytest.mark.parametrize("service8", [1.15, 1.0])
+def test_q6_gives_a_fall_in_the_rate_beside_the_workers_and_the_busiest_masters_clocks(tmp_path, service8):
+    """2 masters, 2 workers (P = 4, 3 s) then 6 (P = 8, 3.45 s): the rate falls; the page gives each worker's computing
+    and the busiest master's time per update (92.5 µs, then `service8` times it) beside it, and claims no cause."""
     runs = matrix() + [async_row(2, 8, "course", 3.45, 9.58)]
     for row in runs:
         if row["label"] == "async 2m" and row["processes"] == 8:
@@ -741,10 +740,16 @@ def test_q6_sets_a_fall_in_the_rate_against_the_busiest_masters_time_per_update(
     info["machine"]["cores"] = 16  # a core per rank: question 6 sets the workers' rate against the masters'
     (out / "run_info.json").write_text(json.dumps(info))
     pdf = flat(Results(str(out)), True)
-    grew = f"{100 * (service8 - 1):.0f} %"
-    assert (f"At M = 2 the rate even fell from 2 to 6 workers (22 → 19 updates per second, P = 4 and 8): the busiest "
-            f"master's own clock shows its time per update grew {grew}") in pdf
-    assert f"while the rate fell 13 %: {words}." in pdf
+    assert (f"At M = 2 the rate even fell from 2 to 6 workers (22 → 19 updates per second, P = 4 and 8): a worker's "
+            f"computing per mini-batch went 0.5 ms → 0.5 ms and the busiest master's clocked time per update "
+            f"0.0925 ms → {0.0925 * service8:.3g} ms; these runs do not take the fall further apart.") in pdf
+
+
+@pytest.mark.parametrize("sync_time, words", [(1.5, "paid little"), (2.5, "did not pay at any P")])
+def test_q10_says_whether_splitting_the_mini_batch_paid_at_any_p(tmp_path, sync_time, words):
+    """Sync at P = 2 in `sync_time` against serial's 2 s: 1.33× (paid) or 0.80× (did not), P = 4 slower still."""
+    pdf = flat(fake_results(tmp_path / "out", matrix(sync_time=sync_time)), True)
+    assert f"so splitting a mini-batch of 16 {words} (question 3)" in pdf
 
 
 @pytest.mark.parametrize("first_epoch, said", [(9.0, True), (50.0, False)])
