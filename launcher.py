@@ -140,16 +140,19 @@ def launcher(path=None):
 
 
 NOTE_RULE = "-" * 74  # Open MPI frames each of its own notes (an exit status, an abort) between two such lines
+# Open MPI's launcher reaching for a rank that has already exited, at teardown: "[host:pid] PMIX ERROR: PMIX_ERR_UNREACH ..."
+TEARDOWN_NOISE = re.compile(r"^\[[^\]]*\] PMIX ERROR: PMIX_ERR_UNREACH ")
 
 
 def ranks_output(text):
-    """A job's stderr less the launcher's framed notes: what the ranks themselves wrote. Open MPI adds a note of
-    7 lines whenever a rank exits non-zero (its "Errorcode: 1" is no rank's error); MPICH adds none."""
+    """A job's stderr less the launcher's framed notes and teardown noise: what the ranks themselves wrote. Open MPI
+    adds a note of 7 lines whenever a rank exits non-zero (its "Errorcode: 1" is no rank's error), and at times a
+    PMIx line about a rank already gone; MPICH adds none."""
     kept, inside = [], False
     for line in text.splitlines(keepends=True):
         if line.rstrip("\n") == NOTE_RULE:
             inside = not inside
-        elif not inside:
+        elif not inside and not TEARDOWN_NOISE.match(line):
             kept.append(line)
     return "".join(kept)
 

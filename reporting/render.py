@@ -188,17 +188,12 @@ def asynchronous(r, f):
     f["busy_cores_range"] = spread(e["busy_cores"] for e in asked)
     f["busiest_share"] = sorted({(e["masters"], e["share"]) for e in asked if e["share"]})
     f["masters_idle"] = f["busy_range"] and f["busy_range"][1] < BUSY  # none busy (nearly) all the time: none capped
-    same = [next((e for e in course if (e["masters"], e["workers"]) == (m, 4)), None) for m in (2, 4)]  # Q7: 4 workers
-    f["split_pair"] = dict(two=same[0], four=same[1], speed=speed(same[1]["time"], same[0]["time"]), overlap=overlap(same[0]["time_range"], same[1]["time_range"])) if all(same) else None
     grown = [x for x in f["async_pairs"] if x["a"]["masters"] == x["b"]["masters"] and x["a"].get("updates_per_second") and x["b"].get("updates_per_second")]
     f["wait_grows"] = all(x["a"]["worker_wait_per_batch"] > x["b"]["worker_wait_per_batch"] for x in grown if x["a"]["workers"] > x["b"]["workers"]) if grown else None
     if grown:  # Q7: the most workers added at one M; the masters set the rate when it grew < 1/4 as much as the workers
         x = max(grown, key=lambda x: (x["a"]["workers"] / x["b"]["workers"], x["a"]["workers"]))
         gain = x["a"]["updates_per_second"] / x["b"]["updates_per_second"] - 1
         f["rate_pair"] = dict(x, gain=gain, bound=gain < (x["a"]["workers"] / x["b"]["workers"] - 1) / 4)
-    by_m = [sorted((e for e in course if e["masters"] == m and e.get("updates_per_second") and e["d_max"]), key=lambda e: e["workers"]) for m in (2, 4)]
-    fell = [(a, b) for runs in by_m for a, b in zip(runs, runs[1:]) if b["updates_per_second"] < a["updates_per_second"]]  # Q6: more workers, fewer updates
-    f["rate_fall"] = [dict(a=a, b=b) for a, b in fell[:1]]
     f.update(gradient_range=spread(e["gradient_cpu"] for e in asked), wait_share=spread(e["wait_cpu"] / e["batch_cpu"] for e in asked if e["wait_cpu"] and e["batch_cpu"]))
     f["wait_follows_time"] = (lambda known: known and all((x["a"]["wait_cpu"] > x["b"]["wait_cpu"]) == (x["a"]["time"] > x["b"]["time"]) for x in known))([x for x in f["async_pairs"] if None not in (x["a"]["wait_cpu"], x["b"]["wait_cpu"])] or None)
 

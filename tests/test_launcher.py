@@ -6,7 +6,7 @@ import pytest
 
 import launcher
 from conftest import run_command, run_python
-from launcher import Launcher, family_of, launch_failure
+from launcher import Launcher, family_of, launch_failure, ranks_output
 
 OPEN_MPI = Launcher("/opt/ompi/bin/mpiexec", "openmpi", "mpiexec (Open MPI) 5.0.11")
 MPICH = Launcher("/opt/mpich/bin/mpiexec", "mpich", "Hydra 5.0.2")
@@ -69,6 +69,17 @@ def test_a_launchers_own_words_are_recognised_and_quoted():
     assert "loopback" in launch_failure("[vm:123] pmix_ifinit: unable to find network interfaces")
     assert "Hydra" in launch_failure("[mpiexec@vm] HYDU_create_process (lib/utils/launch.c:73): execvp error")
     assert launch_failure("Traceback (most recent call last):\nValueError: bad\n") is None
+
+
+def test_the_ranks_own_lines_are_kept_and_open_mpis_notes_and_teardown_noise_dropped():
+    """Open MPI's framed exit note and its PMIx line about a rank already gone (seen in CI after a rank's argparse
+    error) are the launcher's; a rank's own error line, and a PMIx error of any other kind, are kept."""
+    rule = "-" * 74
+    stderr = (f"allreduce_test.py: error: argument --repeats: must be at least 1, got 0\n{rule}\nprterun detected that "
+              f"one or more processes exited with non-zero status\n{rule}\n[vm:12132] PMIX ERROR: PMIX_ERR_UNREACH in "
+              "file pmix_server.c at line 3146\n[vm:12132] PMIX ERROR: PMIX_ERR_NOMEM in file x.c at line 1\n")
+    assert ranks_output(stderr) == ("allreduce_test.py: error: argument --repeats: must be at least 1, got 0\n"
+                                    "[vm:12132] PMIX ERROR: PMIX_ERR_NOMEM in file x.c at line 1\n")
 
 
 def test_the_launcher_of_this_python_is_found_and_named():

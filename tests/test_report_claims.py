@@ -155,14 +155,14 @@ def test_q4_names_amdahls_law_first_and_says_whether_gustafsons_sense_gained(tmp
             "0.80× at P = 2 (at P* the ranks share 2 cores") in flat(results, True)
 
 
-@pytest.mark.parametrize("plain, words", [((92.0, 93.0), "mean accuracy 92.00 %–93.00 % after P times serial's samples (P × 480 per epoch"),
-                                          ((92.0, 60.0), "mean accuracy 60.00 %–92.00 % after P times serial's samples (P × 480 per epoch")])
-def test_q4_weak_scaling_keeps_serials_steps_and_gives_its_accuracy(tmp_path, plain, words):
-    """Plain SGD's weak runs take serial's 60 steps with 16P samples each (P = 4: 1,920 samples per epoch); their
-    mean accuracies' range, not set against serial's, which saw P times fewer samples."""
-    pdf = flat(fake_results(tmp_path / "out", matrix(plain_accuracy=plain)), True)
+def test_q4_weak_scaling_says_where_its_samples_come_from_and_leaves_its_accuracy_to_report_md(tmp_path):
+    """Plain SGD's weak runs take serial's 60 steps with 16P samples each: P × 480 per epoch from the training images;
+    their accuracy (92 and 60 %), after P times serial's samples, is not set beside serial's in the PDF."""
+    results = fake_results(tmp_path / "out", matrix(plain_accuracy=(92.0, 60.0)))
+    pdf = flat(results, True)
     assert "took 1.50 s, 1.50 s at P = 2, 4*: 2.67×, 5.33× serial's samples per second" in pdf
-    assert words in pdf
+    assert "Each epoch there draws P × 480 samples from the 50,000 training images." in pdf
+    assert "60.00 %" not in pdf and "60.00 %" in flat(results)
 
 
 def q3_runs(crowded_time=10.0, cpu_share=1.0, exchange_cpu=(0.2, 0.8), serial_compute=1.0):
@@ -273,21 +273,17 @@ def test_trace_pictures_are_embedded_only_where_drawn(tmp_path):
     assert report.count("](traces/") == 1
 
 
-@pytest.mark.parametrize("p8_time, words", [
-    (2.5, "rose 20 % (22 → 27) while each worker's wait grew 1 ms → 1 ms: the workers queued at their masters"),
-    (1.0, "rose 200 % (22 → 67) while each worker's wait grew 1 ms → 1 ms: the workers, not the masters, set the rate")])
+@pytest.mark.parametrize("p8_time, words", [(2.5, "made only 20 % more updates per second (22 → 27)"),
+                                            (1.0, "made 200 % more updates per second (22 → 67)")])
 def test_q7_answers_first_and_says_from_the_rates_whether_the_masters_set_it(tmp_path, p8_time, words):
     """2 masters, 2 then 6 workers (P = 4 in 3 s, P = 8 in `p8_time`; 60 updates over 0.9 × the time): 3 times the
-    workers; the masters set the rate when it grew less than a quarter as much (+200 % / 4 = 50 %)."""
+    workers; "only" when the rate grew less than a quarter as much (+200 % / 4 = 50 %)."""
     runs = matrix() + [async_row(2, 8, "course", p8_time, 9.58)]
-    for row in runs:
-        if row["label"] == "async 2m":
-            row["master_busy_fraction"] = [0.5 * n / 109386 for n in row["shard_sizes"]]
     pdf = flat(fake_results(tmp_path / "out", runs), True)
     assert "= 7. Why the parameter server is split across several masters *Answer:* because one master bounds" in pdf
-    assert ("the busiest master keeps 92.5 % (M = 2) of the parameters, the 784 × 128 first layer among them: the cap "
-            "rises only 1.08-fold.") in pdf
-    assert f"At M = 2, from 2 to 6 workers the updates per second {words}." in pdf
+    assert ("the busiest master keeps 92.5 % (M = 2) of the parameters (the 784 × 128 first layer among them), so "
+            "splitting raises the cap only 1.08-fold, too little for these runs to show.") in pdf
+    assert f"At M = 2, 3 times the workers (2 → 6) {words}, while each worker's wait per mini-batch grew 1 ms → 1 ms." in pdf
 
 
 def test_sections_are_the_course_questions_in_order(tmp_path):
@@ -681,16 +677,6 @@ def test_with_a_core_per_rank_at_every_p_no_run_is_starred_and_every_run_is_acco
     assert ("With a core per rank a rank waits in MPI's `Wait`" in pdf) == (policy != "yield")
 
 
-@pytest.mark.parametrize("four_time, verdict", [(4.0, "no more"), (2.0, "more")])
-def test_q7_compares_2_and_4_masters_at_the_same_4_workers(tmp_path, four_time, verdict):
-    """Async with 4 workers on 2 masters (P = 6, 3 s) and on 4 (P = 8, `four_time`): 4 masters faster or slower,
-    each worker exchanging with the 3 masters that own layers (master 0 owns none)."""
-    runs = matrix() + [async_row(2, 6, "course", 3.0, 60.0), async_row(4, 8, "course", four_time, 80.0)]
-    pdf = flat(fake_results(tmp_path / "out", runs), True)
-    assert (f"With the same 4 workers, 2 masters made 22 updates per second (P = 6, 2.70 s of training) and 4 masters "
-            f"{60 / (0.9 * four_time):,.0f}: {verdict}.") in pdf
-
-
 @pytest.mark.parametrize("sync_time, words", [(2.5, "longer than serial's compute at every P"),
                                               (1.0, "less than serial's compute at some P")])
 def test_q3_with_a_core_per_rank_says_whether_compute_and_allreduce_outlasted_serials_compute(tmp_path, sync_time,
@@ -726,25 +712,6 @@ def test_q6_names_the_fastest_configuration_whose_runs_did_not_collapse(tmp_path
     assert f"Those with collapsed runs took {gone}, but their models are useless (question 9)." in pdf
 
 
-@pytest.mark.parametrize("service8", [1.15, 1.0])
-def test_q6_gives_a_fall_in_the_rate_beside_the_workers_and_the_busiest_masters_clocks(tmp_path, service8):
-    """2 masters, 2 workers (P = 4, 3 s) then 6 (P = 8, 3.45 s): the rate falls; the page gives each worker's computing
-    and the busiest master's time per update (92.5 µs, then `service8` times it) beside it, and claims no cause."""
-    runs = matrix() + [async_row(2, 8, "course", 3.45, 9.58)]
-    for row in runs:
-        if row["label"] == "async 2m" and row["processes"] == 8:
-            row["master_service_time"] = [service8 * t for t in row["master_service_time"]]
-    out = tmp_path / "out"
-    fake_results(out, runs)
-    info = json.loads((out / "run_info.json").read_text())
-    info["machine"]["cores"] = 16  # a core per rank: question 6 sets the workers' rate against the masters'
-    (out / "run_info.json").write_text(json.dumps(info))
-    pdf = flat(Results(str(out)), True)
-    assert (f"At M = 2 the rate even fell from 2 to 6 workers (22 → 19 updates per second, P = 4 and 8): a worker's "
-            f"computing per mini-batch went 0.5 ms → 0.5 ms and the busiest master's clocked time per update "
-            f"0.0925 ms → {0.0925 * service8:.3g} ms; these runs do not take the fall further apart.") in pdf
-
-
 @pytest.mark.parametrize("sync_time, words", [(1.5, "paid little"), (2.5, "did not pay at any P")])
 def test_q10_says_whether_splitting_the_mini_batch_paid_at_any_p(tmp_path, sync_time, words):
     """Sync at P = 2 in `sync_time` against serial's 2 s: 1.33× (paid) or 0.80× (did not), P = 4 slower still."""
@@ -760,4 +727,4 @@ def test_q9_says_when_a_run_that_did_not_end_collapsed_had_been_at_chance(tmp_pa
     pdf = flat(fake_results(tmp_path / "out", [r for r in matrix() if r["label"] != "async 2m"] + [row]), True)
     assert ("The table judges the last epoch only: 1 run that did not end collapsed had been at chance (at most 11.35 %, "
             "the largest digit's share) after an earlier epoch, as M = 2, P = 4, seed" in pdf) == said
-    assert ("after epoch 1, 90.00 % at the end. A collapse can pass." in pdf) == said
+    assert ("after epoch 1, 90.00 % at the end: a network can pass through a collapse." in pdf) == said
