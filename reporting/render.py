@@ -216,12 +216,6 @@ def collapse(r, f):
         beyond_collapsed=None if None in counts else sum(counts),
         staleness_bound=beyond[0].get("max_staleness") if beyond else None,
         compensation=beyond[0].get("compensation") if beyond else None)
-    chance = max(r.info.get("test_label_shares") or [0])  # the largest digit's share of the test labels, in %
-    epochs = lambda x: [float(a) for a in str(x.get("epoch_accuracy") or "").split(";") if a]  # noqa: E731
-    f["recovered"] = [dict(e=e, run=x, chance=chance, low=[(i + 1, a) for i, a in enumerate(epochs(x)[:-1]) if a <= chance])
-                      for e in course for x in e["seed_runs"] if x.get("top_class_share") is not None
-                      and x["top_class_share"] < COLLAPSED_FROM and any(a <= chance for a in epochs(x)[:-1])]  # Q9
-    f["recovered"].sort(key=lambda x: (x["e"]["masters"], x["e"]["processes"]) not in COURSE_ASYNC)  # a console shown first
     control = [(e, r.get(f"serial lr x{e['workers']}", 1)) for e in course if e["workers"] > 1]
     f["larger_by"] = {f"{e['processes']}/{e['masters']}": f"{c['mean_accuracy']:.2f} %, {c['collapsed_runs']} of {c['ok_runs']}"
                       for e, c in control if c}
@@ -281,7 +275,6 @@ def allreduce(r, f):
                         explains=reduced >= f["gap"]["runs"][1])
     f["parts"] = taken_apart(r.info.get("breakdown") or {})
     f["model_at"] = [dict(x, model={name: exchange_time(r.fits, name, x["processes"], largest) for name in ("naive", "ring")}) for x in rows if x["size"] == largest and {"naive", "ring"} <= set(r.fits)]
-    f["model_short"] = [x["processes"] for x in f["model_at"] if x["model"]["naive"] < (1 - TIE) * x["naive_s"]]
 
 
 def taken_apart(breakdown):

@@ -149,19 +149,15 @@ def test_q4_names_amdahls_law_first_and_says_whether_gustafsons_sense_gained(tmp
                                  (render(results, pdf=True), "=", "*Answer: Amdahl's.* The course's algorithm splits")):
         sentence = first_sentence(source, 4, heading)
         assert law in sentence and "fixed mini-batch" in sentence
-    assert f"Gustafson's sense **{gained}** than Amdahl's" in flat(results)
-    assert (f"Measured, P times serial's samples took {weak_time:.2f} s, {weak_time:.2f} s at P = 2, 4*: "
-            f"{4.0 / weak_time:.2f}×, {8.0 / weak_time:.2f}× serial's samples per second, {ahead} strong scaling's "
-            "0.80× at P = 2 (at P* the ranks share 2 cores") in flat(results, True)
+    assert f"Gustafson's sense **{gained}** than Amdahl's" in flat(results)  # REPORT.md's weak runs; hw3.pdf: the change
+    assert "*Gustafson's* speed-up needs the work to grow with P" in flat(results, True)
 
 
-def test_q4_weak_scaling_says_where_its_samples_come_from_and_leaves_its_accuracy_to_report_md(tmp_path):
-    """Plain SGD's weak runs take serial's 60 steps with 16P samples each: P × 480 per epoch from the training images;
-    their accuracy (92 and 60 %), after P times serial's samples, is not set beside serial's in the PDF."""
+def test_q4_in_hw3_says_what_weak_scaling_changes_and_leaves_its_runs_to_report_md(tmp_path):
+    """Plain SGD's weak runs (1.5 s at P = 2 and 4; 92 and 60 %) are REPORT.md's; hw3.pdf says what would change."""
     results = fake_results(tmp_path / "out", matrix(plain_accuracy=(92.0, 60.0)))
     pdf = flat(results, True)
-    assert "took 1.50 s, 1.50 s at P = 2, 4*: 2.67×, 5.33× serial's samples per second" in pdf
-    assert "Each epoch there draws P × 480 samples from the 50,000 training images." in pdf
+    assert "every rank would take a whole mini-batch of 16 at each step" in pdf
     assert "60.00 %" not in pdf and "60.00 %" in flat(results)
 
 
@@ -273,17 +269,13 @@ def test_trace_pictures_are_embedded_only_where_drawn(tmp_path):
     assert report.count("](traces/") == 1
 
 
-@pytest.mark.parametrize("p8_time, words", [(2.5, "made only 20 % more updates per second (22 → 27)"),
-                                            (1.0, "made 200 % more updates per second (22 → 67)")])
-def test_q7_answers_first_and_says_from_the_rates_whether_the_masters_set_it(tmp_path, p8_time, words):
-    """2 masters, 2 then 6 workers (P = 4 in 3 s, P = 8 in `p8_time`; 60 updates over 0.9 × the time): 3 times the
-    workers; "only" when the rate grew less than a quarter as much (+200 % / 4 = 50 %)."""
-    runs = matrix() + [async_row(2, 8, "course", p8_time, 9.58)]
-    pdf = flat(fake_results(tmp_path / "out", runs), True)
+def test_q7_answers_first_and_bounds_the_split_by_the_busiest_masters_share(tmp_path):
+    """2 masters split the course's 3 weight layers round robin: the busiest keeps layers 1 and 3, 101,130 of the
+    109,386 parameters, so two masters can raise the cap 1.08-fold at most."""
+    pdf = flat(fake_results(tmp_path / "out", matrix()), True)
     assert "= 7. Why the parameter server is split across several masters *Answer:* because one master bounds" in pdf
     assert ("the busiest master keeps 92.5 % (M = 2) of the parameters (the 784 × 128 first layer among them), so "
-            "splitting raises the cap only 1.08-fold, too little for these runs to show.") in pdf
-    assert f"At M = 2, 3 times the workers (2 → 6) {words}, while each worker's wait per mini-batch grew 1 ms → 1 ms." in pdf
+            "splitting can raise the cap 1.08-fold at most.") in pdf
 
 
 def test_sections_are_the_course_questions_in_order(tmp_path):
@@ -366,13 +358,10 @@ def test_every_figure_of_a_configuration_and_its_console_are_its_median_runs(tmp
     assert f"Time sync: {4 * serial_time:.2f}\nTest Accuracy: {serial_accuracy:.2f}%" in pdf  # same seed
     assert f"Time async: {async_time:.2f}\nTest Accuracy: {async_accuracy:.2f}%" in pdf
     text = re.sub(r"\\(.)", r"\1", " ".join(pdf.split()))
-    spread = f"[{min(serial_times):.2f} s–{max(serial_times):.2f} s]"  # every run's time beside the median's
-    assert f"[1 (serial)], [{serial_time:.2f} s], {spread}, [1.00×], [92.00 %]," in text  # Q2's first row: the seeds' mean
-    assert (f"[4*], [{4 * serial_time:.2f} s], [{4 * min(serial_times):.2f} s–{4 * max(serial_times):.2f} s], "
-            f"[{0.25:.2f}×], [92.00 %],") in text  # Q2's row
+    assert f"[1 (serial)], [{serial_time:.2f} s], [1.00×], [92.00 %]," in text  # Q2's first row: the seeds' mean
+    assert f"[4*], [{4 * serial_time:.2f} s], [{0.25:.2f}×], [92.00 %]," in text  # Q2's row
     speed_up = serial_time / async_time
-    assert (f"[4*], [2], [2], [{async_time:.2f} s], [{min(async_times):.2f} s–{max(async_times):.2f} s], "
-            f"[{speed_up:.2f}×], [91.00 %],") in text  # accuracy: the mean
+    assert f"[4*], [2], [2], [{async_time:.2f} s], [{speed_up:.2f}×], [91.00 %]," in text  # accuracy: the mean
     assert f"[4*], [2], [2], [{staleness}], [90.00 / 91.00 / 92.00]" in text  # Q9: every seed
     assert (f"| async 2m | 4* | 2 | {staleness} / – / – | {async_accuracy:.2f} % | 90.00 / 91.00 / 92.00 |"
             in report)  # REPORT.md's: the 90th percentile too
@@ -657,7 +646,7 @@ def test_q6_tells_two_runs_apart_only_where_their_times_do_not_overlap(tmp_path,
 @pytest.mark.parametrize("cores, policy", [(16, "yield"), (2, "")])
 def test_with_a_core_per_rank_at_every_p_no_run_is_starred_and_every_run_is_accounted(tmp_path, cores, policy):
     """On a machine with a core for every rank (the lent 16-core one, ranks pinned) page 1 says so and no P* or
-    time-sharing appears; Q3 accounts for every run's time from serial's, Q6 gives the workers' rate. With 2 cores
+    time-sharing appears; Q3 gives the runs' clocks alone, Q6 the workers'. With 2 cores
     the P* story stays. The waiting is the one every run recorded, else the policy by cores."""
     out = tmp_path / "out"
     runs = [dict(row, wait_policy=policy) if row["mode"] != "serial" else row for row in matrix()]
@@ -671,8 +660,8 @@ def test_with_a_core_per_rank_at_every_p_no_run_is_starred_and_every_run_is_acco
     alone = cores >= 4
     assert ("Every rank had a core of its own: `mpiexec -bind-to core -n X`" in pdf) == alone
     assert ("(P*)" in pdf) != alone and ("time-sharing" in pdf) != alone
-    assert ("Every P is within" in pdf) == alone and ("the compute and the allreduce clocked account for" in pdf) == alone
-    assert ("_Training_: the longest time a rank spent in its epochs' training loops" in pdf) == alone
+    assert ("_Accounted from serial's_" in pdf) != alone  # with a core per rank, the clocks alone
+    assert ("_A worker's mini-batch_ (mean over the workers, clocked in the run)" in pdf) == alone
     assert ("In every run here a waiting rank tests for its messages and yields its core" in pdf) == (policy == "yield")
     assert ("With a core per rank a rank waits in MPI's `Wait`" in pdf) == (policy != "yield")
 
@@ -717,14 +706,3 @@ def test_q10_says_whether_splitting_the_mini_batch_paid_at_any_p(tmp_path, sync_
     """Sync at P = 2 in `sync_time` against serial's 2 s: 1.33× (paid) or 0.80× (did not), P = 4 slower still."""
     pdf = flat(fake_results(tmp_path / "out", matrix(sync_time=sync_time)), True)
     assert f"so splitting a mini-batch of 16 {words} (question 3)" in pdf
-
-
-@pytest.mark.parametrize("first_epoch, said", [(9.0, True), (50.0, False)])
-def test_q9_says_when_a_run_that_did_not_end_collapsed_had_been_at_chance(tmp_path, first_epoch, said):
-    """The course's async on 2 masters at P = 4 ends at 90 % (most frequent answer 12 %) after a first epoch at
-    `first_epoch`: at or below the largest digit's share of the labels (11.35 %) it had been at chance."""
-    row = dict(async_row(2, 4, "course", 3.0, 90.0), epoch_accuracy=f"{first_epoch};90.0")
-    pdf = flat(fake_results(tmp_path / "out", [r for r in matrix() if r["label"] != "async 2m"] + [row]), True)
-    assert ("The table judges the last epoch only: 1 run that did not end collapsed had been at chance (at most 11.35 %, "
-            "the largest digit's share) after an earlier epoch, as M = 2, P = 4, seed" in pdf) == said
-    assert ("after epoch 1, 90.00 % at the end: a network can pass through a collapse." in pdf) == said

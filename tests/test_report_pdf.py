@@ -35,7 +35,7 @@ def check_pdf(out):
     median = sorted(serial, key=lambda row: float(row["time"]))[(len(serial) - 1) // 2]
     time, accuracy = float(median["time"]), float(median["test_accuracy"])
     assert time == statistics.median_low(float(row["time"]) for row in serial)
-    assert re.search(rf"1 \(serial\) {time:.2f} s [\d.]+ s–[\d.]+ s 1\.00× {accuracy:.2f} %", text)  # question 2's first row
+    assert re.search(rf"1 \(serial\) {time:.2f} s 1\.00× {accuracy:.2f} %", text)  # question 2's first row
     return text
 
 
@@ -79,10 +79,7 @@ def test_report_stops_naming_the_page_count_when_the_pdf_cannot_fit(tmp_path):
     (dict(sync_time=2.5), "splitting the rows saved none of serial's 16.7 ms of compute, and the allreduce added "
                           "16.7 ms–66.7 ms (question 3), so the best sync run was 0.80× (P = 2)."),
     (dict(sync_time=2.5, serial_time=6.0), "splitting the rows saved at most"),
-    (dict(sync_time=2.5, weak_time=1.0), "took 1.00 s, 1.00 s at P = 2, 4\\*: 4.00×, 8.00× serial's samples per second, "
-                                         "ahead of strong scaling's 0.80× at P = 2"),
-    (dict(sync_time=2.5, weak_time=6.0), "took 6.00 s, 6.00 s at P = 2, 4\\*: 0.67×, 1.33× serial's samples per second, "
-                                         "not ahead of strong scaling's 0.80× at P = 2")])
+])
 def test_the_pdf_says_what_the_numbers_say(tmp_path, settings, phrase):
     """The PDF's claims turn on the same comparisons as REPORT.md's: synthetic results on both sides of each."""
     assert phrase in " ".join(render(fake_results(tmp_path / "out", matrix(**settings)), pdf=True).split())
