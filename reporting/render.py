@@ -312,8 +312,12 @@ def consoles(r, f):
     for p in counts:
         check_timing_console(r.console("allreduce_test", p), [x for x in r.allreduce if x["processes"] == p])
     two = (2,) if max(r.settings["processes"]) > r.cores else ()  # P = 2: on 2 cores the one run with a core each
-    f.update(console_sync=quoted(strong), console_async=quoted(default), console_async_asked=quoted(asked),
-             console_sync_asked=quoted([pair for pair in strong if pair[1] in (1,) + two + COURSE_SYNC]),
+    seeds = {(r.get(*pair) or {}).get("seed") for pair in strong[1:] if pair[1] in two + COURSE_SYNC}
+    twin = next((x for x in r.serial["seed_runs"] if len(seeds) == 1 and x.get("seed") in seeds - {r.serial.get("seed")}), None)
+    check_console(twin and r.console("serial", 1, twin), twin)  # serial's run with the one seed of the sync consoles
+    f.update(console_sync=quoted(strong), console_async=quoted(default), console_async_asked=quoted(asked), serial_twin=twin,
+             console_sync_asked=([r.console("serial", 1, twin)] if twin else quoted(strong[:1]))
+             + quoted([pair for pair in strong[1:] if pair[1] in two + COURSE_SYNC]),
              sync_asked=[p for _, p in strong if p in two + COURSE_SYNC and r.console("sync ring strong", p)],
              console_allreduce=quoted([("allreduce_test", p) for p in counts]))
 

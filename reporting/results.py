@@ -88,10 +88,11 @@ class Results:
         """Successful entries of every series of a mode, series by series."""
         return [e for label in self.labels(mode) for e in self.series(label)]
 
-    def console(self, label, processes):
-        """What the configuration's median run printed, its command line first; None if not kept."""
-        entry = (self.allreduce_runs.get(processes) if label == "allreduce_test"
-                 else self.configs.get((label, processes))) or {}
+    def console(self, label, processes, run=None):
+        """What the configuration's median run (or `run`, one of its seed_runs) printed, its command line first; None
+        if not kept."""
+        entry = run or (self.allreduce_runs.get(processes) if label == "allreduce_test"
+                        else self.configs.get((label, processes))) or {}
         path = os.path.join(self.out, "records", record_stem(label, processes, entry.get("repeat") or 0) + ".txt")
         if not os.path.exists(path):
             return None
