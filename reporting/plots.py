@@ -74,8 +74,9 @@ def plot_series(results, path, x, y, serial_label, only=None, bands=((None, None
             series = [e for e in results.series(label) if keep(e)]
             values, style = [e[y] for e in series], series_style(label, order)
             ax.plot([e[x] for e in series], values, label=NAMES.get(label, label), zorder=3, **style)
-            if y == "mean_accuracy":  # every seed too, hollow, at the true x: one seed's collapse shows as such
-                ax.scatter([e[x] for e in series for _ in e["run_accuracies"]],
+            if y == "mean_accuracy":  # every seed too, hollow, each series nudged apart on the log axis to stay legible
+                nudge = 2 ** (0.05 * (labels.index(label) - (len(labels) - 1) / 2))
+                ax.scatter([e[x] * nudge for e in series for _ in e["run_accuracies"]],
                            [a for e in series for a in e["run_accuracies"]], s=36, marker=style["marker"],
                            facecolors="none", edgecolors=style["color"], linewidths=0.7, zorder=2)
         if results.serial:  # thin and dashed, over the series: visible where a series lies on serial's value

@@ -453,7 +453,8 @@ def test_collapse_is_said_from_the_most_frequent_answer_not_from_the_accuracy(tm
 
 @pytest.mark.parametrize("shares, words", [
     ((1.0, 1.0, 0.3), "collapsed as often as async with W workers, within one run of 3, at every W (2). So the collapse "
-                      "sets in where W times the step is too large even without staleness"),
+                      "sets in at the W where a W times larger step is too large, as W stale full steps adding up to one "
+                      "such step predict"),
     ((0.3, 0.4, 0.5), "did not collapse as often as async with W workers at W = 2: the size of the step is not the whole "
                       "cause")])
 def test_q9_tests_the_step_size_with_serial_on_a_step_w_times_larger(tmp_path, shares, words):
